@@ -1,0 +1,87 @@
+package hotpath
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/edgegw/gateway/codec"
+)
+
+// MaxRequestIDLen is the longest X-Request-Id the gateway reuses.
+const MaxRequestIDLen = 128
+
+// Call is the per-request state shared by every route: who is calling, under
+// which id and version. Calls are pooled; AcquireCall and ReleaseCall pair up,
+// and nothing may keep a Call or its ID slice after ReleaseCall.
+type Call struct {
+	id    [MaxRequestIDLen]byte
+	idLen uint8
+
+	// Version is the version serving the request: the pin, or the current one.
+	Version codec.Version
+	// Pinned reports whether the client sent a Gateway-Version pin.
+	Pinned bool
+	// Start is when the gateway began handling the request.
+	Start time.Time
+
+	// User is the verified user key on user routes; nil elsewhere.
+	User *Principal
+	// Service is the verified service token on service routes; nil elsewhere.
+	Service *ServiceToken
+}
+
+var callPool = sync.Pool{New: func() any { return new(Call) }}
+
+// AcquireCall returns an empty Call from the pool.
+func AcquireCall() *Call { return callPool.Get().(*Call) }
+
+// ReleaseCall resets c and returns it to the pool.
+func ReleaseCall(c *Call) {
+	*c = Call{}
+	callPool.Put(c)
+}
+
+// ID returns the request id. The slice aliases the Call and is valid until
+// ReleaseCall.
+func (c *Call) ID() []byte { return c.id[:c.idLen] }
+
+// IDString returns a copy of the request id that outlives the Call.
+func (c *Call) IDString() string { return string(c.ID()) }
+
+// SetID reuses a client's request id when it is valid, and otherwise makes a
+// fresh UUID. It allocates nothing.
+func (c *Call) SetID(fromClient []byte) {
+	if len(fromClient) > 0 && codec.ValidRequestID(fromClient) {
+		c.idLen = uint8(copy(c.id[:], fromClient))
+		return
+	}
+	c.idLen = uint8(len(AppendRequestID(c.id[:0])))
+}
+
+// AppendRequestID appends a fresh random version-4 UUID. The bits come from
+// the runtime's per-thread ChaCha8 generator: unpredictable enough for an
+// identifier, and free of locks and allocations.
+func AppendRequestID(dst []byte) []byte {
+	return codec.AppendUUID(dst, rand.Uint64(), rand.Uint64())
+}
+
+// Auth is what a route demands of its caller.
+type Auth uint8
+
+const (
+	// AuthNone routes are public: health, readiness, status, sign-in.
+	AuthNone Auth = iota
+	// AuthUser routes need a gw_live_ user key.
+	AuthUser
+	// AuthService routes need a gw_svc_ service token.
+	AuthService
+)
+
+// Access describes a route to the edge that serves it: its name in metrics
+// and logs, who may call it, and the endpoint family a scoped key must hold.
+type Access struct {
+	Name   string
+	Auth   Auth
+	Family Family
+}

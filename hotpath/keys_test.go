@@ -1,0 +1,299 @@
+package hotpath
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/codec"
+)
+
+// memSource is a KeySource over a map, counting lookups.
+type memSource struct {
+	mu      sync.Mutex
+	users   map[TokenHash]Principal
+	svcs    map[TokenHash]ServiceToken
+	down    bool
+	lookups atomic.Int64
+	gate    chan struct{} // when set, lookups wait on it
+}
+
+func newMemSource() *memSource {
+	return &memSource{users: map[TokenHash]Principal{}, svcs: map[TokenHash]ServiceToken{}}
+}
+
+var errDown = errors.New("database unreachable")
+
+func (m *memSource) LookupKey(ctx context.Context, h TokenHash) (*Principal, error) {
+	// Read first, then wait: a gated lookup returns the record as it was
+	// when the lookup started, like a query that read before a commit.
+	m.mu.Lock()
+	p, ok := m.users[h]
+	down := m.down
+	gate := m.gate
+	m.mu.Unlock()
+	m.lookups.Add(1)
+	if gate != nil {
+		<-gate
+	}
+	if down {
+		return nil, errDown
+	}
+	if !ok {
+		return nil, ErrKeyNotFound
+	}
+	return &p, nil
+}
+
+func (m *memSource) LookupServiceToken(ctx context.Context, h TokenHash) (*ServiceToken, error) {
+	m.lookups.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down {
+		return nil, errDown
+	}
+	s, ok := m.svcs[h]
+	if !ok {
+		return nil, ErrKeyNotFound
+	}
+	return &s, nil
+}
+
+func (m *memSource) update(h TokenHash, f func(p *Principal)) {
+	m.mu.Lock()
+	p := m.users[h]
+	f(&p)
+	m.users[h] = p
+	m.mu.Unlock()
+}
+
+func newTestVerifier(t *testing.T, src KeySource) *Verifier {
+	t.Helper()
+	v, err := NewVerifier(VerifierConfig{MaxKeys: 1000}, src)
+	require.NoError(t, err)
+	t.Cleanup(v.Close)
+	v.SetLive(true)
+	return v
+}
+
+func bearer(tok string) []byte { return []byte("Bearer " + tok) }
+
+// addUser registers a fresh key and returns its token.
+func addUser(src *memSource, p Principal) string {
+	tok, h := GenerateToken(TokenUser)
+	src.mu.Lock()
+	src.users[h] = p
+	src.mu.Unlock()
+	return tok
+}
+
+// settle waits until the cache has applied buffered writes, so a test can
+// count lookups deterministically.
+func settle(v *Verifier) { v.cache.Wait() }
+
+func TestVerifyUserAnswers(t *testing.T) {
+	src := newMemSource()
+	v := newTestVerifier(t, src)
+	ctx := context.Background()
+	good := addUser(src, Principal{KeyID: "k1"})
+	revoked := addUser(src, Principal{KeyID: "k2", Revoked: true})
+	expired := addUser(src, Principal{KeyID: "k3", ExpiresAt: time.Now().Add(-time.Second).Unix()})
+	suspended := addUser(src, Principal{KeyID: "k4", Suspended: true})
+	unknown, _ := GenerateToken(TokenUser)
+	svc, svcHash := GenerateToken(TokenService)
+	src.svcs[svcHash] = ServiceToken{ID: "s1"}
+
+	p, cerr := v.VerifyUser(ctx, bearer(good))
+	require.Nil(t, cerr)
+	require.Equal(t, "k1", p.KeyID)
+
+	refused := map[string][]byte{
+		"missing":       nil,
+		"no scheme":     []byte(good),
+		"basic":         []byte("Basic " + good),
+		"malformed":     bearer("gw_live_nope"),
+		"unknown":       bearer(unknown),
+		"revoked":       bearer(revoked),
+		"expired":       bearer(expired),
+		"service token": bearer(svc),
+	}
+	for name, h := range refused {
+		t.Run(name, func(t *testing.T) {
+			_, cerr := v.VerifyUser(ctx, h)
+			require.Same(t, codec.ErrUnauthorized, cerr)
+		})
+	}
+	_, cerr = v.VerifyUser(ctx, bearer(suspended))
+	require.Same(t, codec.ErrAccountSuspended, cerr)
+
+	s, cerr := v.VerifyService(ctx, bearer(svc))
+	require.Nil(t, cerr)
+	require.Equal(t, "s1", s.ID)
+	_, cerr = v.VerifyService(ctx, bearer(good))
+	require.Same(t, codec.ErrUnauthorized, cerr, "a user key on a service route")
+}
+
+func TestMalformedTokensNeverReachTheSource(t *testing.T) {
+	src := newMemSource()
+	v := newTestVerifier(t, src)
+	for _, h := range []string{"Bearer gw_live_x", "Bearer " + UserPrefix + "0000000000000000000000000000000000000000000000000"} {
+		_, cerr := v.VerifyUser(context.Background(), []byte(h))
+		require.Same(t, codec.ErrUnauthorized, cerr)
+	}
+	require.Zero(t, src.lookups.Load())
+}
+
+func TestCacheServesHitsAndInvalidateDrops(t *testing.T) {
+	src := newMemSource()
+	v := newTestVerifier(t, src)
+	ctx := context.Background()
+	tok := addUser(src, Principal{KeyID: "k1"})
+	h := HashToken([]byte(tok))
+
+	_, cerr := v.VerifyUser(ctx, bearer(tok))
+	require.Nil(t, cerr)
+	settle(v)
+	for range 10 {
+		_, cerr = v.VerifyUser(ctx, bearer(tok))
+		require.Nil(t, cerr)
+	}
+	require.Equal(t, int64(1), src.lookups.Load(), "hits are served from the cache")
+
+	src.update(h, func(p *Principal) { p.Revoked = true })
+	_, cerr = v.VerifyUser(ctx, bearer(tok))
+	require.Nil(t, cerr, "without an invalidation the cache still answers")
+	v.Invalidate(h)
+	_, cerr = v.VerifyUser(ctx, bearer(tok))
+	require.Same(t, codec.ErrUnauthorized, cerr, "refused on the very next request after Invalidate")
+}
+
+func TestResetRefetchesEverything(t *testing.T) {
+	src := newMemSource()
+	v := newTestVerifier(t, src)
+	ctx := context.Background()
+	tok := addUser(src, Principal{KeyID: "k1"})
+	_, cerr := v.VerifyUser(ctx, bearer(tok))
+	require.Nil(t, cerr)
+	settle(v)
+	src.update(HashToken([]byte(tok)), func(p *Principal) { p.Suspended = true })
+	v.Reset()
+	_, cerr = v.VerifyUser(ctx, bearer(tok))
+	require.Same(t, codec.ErrAccountSuspended, cerr)
+}
+
+func TestNotLiveBypassesCacheButServesStaleWhenSourceIsDown(t *testing.T) {
+	src := newMemSource()
+	v := newTestVerifier(t, src)
+	ctx := context.Background()
+	tok := addUser(src, Principal{KeyID: "k1"})
+	_, cerr := v.VerifyUser(ctx, bearer(tok))
+	require.Nil(t, cerr)
+	settle(v)
+
+	v.SetLive(false)
+	before := src.lookups.Load()
+	_, cerr = v.VerifyUser(ctx, bearer(tok))
+	require.Nil(t, cerr)
+	require.Equal(t, before+1, src.lookups.Load(), "not live: every request asks the source")
+
+	src.mu.Lock()
+	src.down = true
+	src.mu.Unlock()
+	p, cerr := v.VerifyUser(ctx, bearer(tok))
+	require.Nil(t, cerr, "a known key keeps working while the source is down")
+	require.Equal(t, "k1", p.KeyID)
+	require.Equal(t, uint64(1), v.Stats().StaleServed)
+
+	fresh := addUser(src, Principal{KeyID: "k2"})
+	_, cerr = v.VerifyUser(ctx, bearer(fresh))
+	require.Equal(t, codec.CodeServiceUnavailable, cerr.Code, "an unknown key cannot be verified while the source is down")
+}
+
+// A lookup that started before an invalidation must not put its (possibly
+// stale) record into the cache afterwards.
+func TestInvalidationDuringLookupIsNotUndone(t *testing.T) {
+	src := newMemSource()
+	v := newTestVerifier(t, src)
+	ctx := context.Background()
+	tok := addUser(src, Principal{KeyID: "k1"})
+	h := HashToken([]byte(tok))
+
+	src.mu.Lock()
+	src.gate = make(chan struct{})
+	src.mu.Unlock()
+	done := make(chan *codec.Error)
+	go func() {
+		_, cerr := v.VerifyUser(ctx, bearer(tok))
+		done <- cerr
+	}()
+	for src.lookups.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// The lookup is under way with the old record; now the key is revoked.
+	v.Invalidate(h)
+	src.update(h, func(p *Principal) { p.Revoked = true })
+	close(src.gate)
+	require.Nil(t, <-done, "the racing request saw the record as it was when it asked")
+	src.mu.Lock()
+	src.gate = nil
+	src.mu.Unlock()
+	settle(v)
+	_, cerr := v.VerifyUser(ctx, bearer(tok))
+	require.Same(t, codec.ErrUnauthorized, cerr)
+}
+
+func TestConcurrentMissesCoalesce(t *testing.T) {
+	src := newMemSource()
+	v := newTestVerifier(t, src)
+	tok := addUser(src, Principal{KeyID: "k1"})
+	src.gate = make(chan struct{})
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, cerr := v.VerifyUser(context.Background(), bearer(tok))
+			require.Nil(t, cerr)
+		}()
+	}
+	for src.lookups.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the others pile up behind the first
+	close(src.gate)
+	wg.Wait()
+	require.Less(t, src.lookups.Load(), int64(20))
+}
+
+func BenchmarkVerifyUserHit(b *testing.B) {
+	src := newMemSource()
+	v, _ := NewVerifier(VerifierConfig{MaxKeys: 1000}, src)
+	defer v.Close()
+	v.SetLive(true)
+	tok := addUser(src, Principal{KeyID: "k1"})
+	h := bearer(tok)
+	_, _ = v.VerifyUser(context.Background(), h)
+	settle(v)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, cerr := v.VerifyUser(context.Background(), h); cerr != nil {
+				b.Fatal(cerr)
+			}
+		}
+	})
+}
+
+func BenchmarkAppendRequestID(b *testing.B) {
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendRequestID(buf[:0])
+	}
+}
