@@ -1,0 +1,280 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/edgegw/gateway/hotpath"
+)
+
+var _ hotpath.KeySource = (*DB)(nil)
+
+// NewKey describes a user key to issue.
+type NewKey struct {
+	UserID         string
+	OrgID          string
+	Kind           hotpath.KeyKind
+	Scopes         hotpath.Scopes
+	Models         []string
+	ReadOnly       bool
+	SpendCapMicros *int64
+	CreditsMicros  *int64
+	WorkspaceID    string
+}
+
+// IssuedKey is the token response: the one time the secret is shown.
+type IssuedKey struct {
+	AccessToken string  `json:"access_token"`
+	TokenType   string  `json:"token_type"`
+	KeyID       string  `json:"key_id"`
+	UserID      string  `json:"user_id"`
+	ExpiresAt   *string `json:"expires_at"`
+	Org         OrgRole `json:"org"`
+}
+
+// KeyInfo is a key as its owner may list it: never the secret or its hash.
+type KeyInfo struct {
+	ID        string   `json:"id"`
+	Kind      string   `json:"kind"`
+	OrgID     string   `json:"org_id"`
+	Scopes    []string `json:"allowed_scopes"`
+	Models    []string `json:"models"`
+	ReadOnly  bool     `json:"read_only"`
+	CreatedAt string   `json:"created_at"`
+	ExpiresAt *string  `json:"expires_at"`
+	RevokedAt *string  `json:"revoked_at"`
+}
+
+func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func optTimestamp(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := timestamp(*t)
+	return &s
+}
+
+// CreateKey issues a user key bound to one organization the user belongs
+// to. Only the key's hash is stored; the secret is in the result and nowhere
+// else.
+func (db *DB) CreateKey(ctx context.Context, k NewKey) (IssuedKey, error) {
+	org, err := db.Membership(ctx, k.UserID, k.OrgID)
+	if err != nil {
+		return IssuedKey{}, fmt.Errorf("cannot create key: %w", err)
+	}
+	token, hash := hotpath.GenerateToken(hotpath.TokenUser)
+	var expires *time.Time
+	if k.Kind == hotpath.KindSignedIn {
+		t := time.Now().Add(SignedInKeyLifetime).Truncate(time.Second)
+		expires = &t
+	}
+	var workspace *string
+	if k.WorkspaceID != "" {
+		workspace = &k.WorkspaceID
+	}
+	models := k.Models
+	if models == nil {
+		models = []string{}
+	}
+	out := IssuedKey{AccessToken: token, TokenType: "bearer", UserID: k.UserID, Org: org, ExpiresAt: optTimestamp(expires)}
+	err = db.Pool.QueryRow(ctx, `insert into api_keys
+		(hash, kind, user_id, org_id, scopes, models, read_only, spend_cap_micros, credits_micros, workspace_id, expires_at)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) returning id`,
+		hash[:], k.Kind.String(), k.UserID, k.OrgID, k.Scopes.Stored(), models, k.ReadOnly,
+		k.SpendCapMicros, k.CreditsMicros, workspace, expires).Scan(&out.KeyID)
+	if pgErrCode(err) == "22P02" {
+		return IssuedKey{}, fmt.Errorf("cannot create key: workspace id is not a UUID")
+	}
+	if err != nil {
+		return IssuedKey{}, fmt.Errorf("cannot create key: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeKey revokes a key by id. Revoking twice is not an error.
+func (db *DB) RevokeKey(ctx context.Context, keyID string) error {
+	tag, err := db.Pool.Exec(ctx, `update api_keys set revoked_at = coalesce(revoked_at, now()) where id = $1`, keyID)
+	if pgErrCode(err) == "22P02" {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("cannot revoke key: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// RevokeOwnKey revokes a developer or headless key of userID bound to orgID
+// and returns its hash, so the revoking process can drop it from its cache
+// before it answers. Signed-in credentials are not revocable by their holder,
+// and a key of somebody else's is ErrNotFound, like a missing one.
+func (db *DB) RevokeOwnKey(ctx context.Context, keyID, userID, orgID string) (hotpath.TokenHash, error) {
+	var h []byte
+	err := db.Pool.QueryRow(ctx, `update api_keys set revoked_at = coalesce(revoked_at, now())
+		where id = $1 and user_id = $2 and org_id = $3 and kind <> 'signed_in' returning hash`,
+		keyID, userID, orgID).Scan(&h)
+	if errors.Is(err, pgx.ErrNoRows) || pgErrCode(err) == "22P02" {
+		return hotpath.TokenHash{}, ErrNotFound
+	}
+	if err != nil {
+		return hotpath.TokenHash{}, fmt.Errorf("cannot revoke key: %w", err)
+	}
+	return hotpath.TokenHash(h), nil
+}
+
+// ListKeys lists the keys of userID bound to orgID, newest first.
+func (db *DB) ListKeys(ctx context.Context, userID, orgID string) ([]KeyInfo, error) {
+	rows, err := db.Pool.Query(ctx, `select id, kind, org_id, scopes, models, read_only, created_at, expires_at, revoked_at
+		from api_keys where user_id = $1 and org_id = $2 order by created_at desc, id`, userID, orgID)
+	if err != nil {
+		return nil, fmt.Errorf("cannot list keys: %w", err)
+	}
+	out := []KeyInfo{}
+	for rows.Next() {
+		var k KeyInfo
+		var created time.Time
+		var expires, revoked *time.Time
+		if err := rows.Scan(&k.ID, &k.Kind, &k.OrgID, &k.Scopes, &k.Models, &k.ReadOnly, &created, &expires, &revoked); err != nil {
+			return nil, fmt.Errorf("cannot list keys: %w", err)
+		}
+		if scopes, err := hotpath.ParseScopes(k.Scopes); err == nil {
+			k.Scopes = scopes.Names()
+		}
+		k.CreatedAt, k.ExpiresAt, k.RevokedAt = timestamp(created), optTimestamp(expires), optTimestamp(revoked)
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cannot list keys: %w", err)
+	}
+	return out, nil
+}
+
+// LookupKey implements hotpath.KeySource.
+func (db *DB) LookupKey(ctx context.Context, h hotpath.TokenHash) (*hotpath.Principal, error) {
+	p := &hotpath.Principal{SpendCapMicros: -1, CreditsMicros: -1}
+	var kind string
+	var scopes []string
+	var role, orgName, workspace *string
+	var spendCap, credits *int64
+	var expires *time.Time
+	err := db.Pool.QueryRow(ctx, `select k.id, k.user_id, k.org_id, k.kind, k.scopes, k.models, k.read_only,
+			k.spend_cap_micros, k.credits_micros, k.workspace_id::text, k.expires_at,
+			k.revoked_at is not null, u.suspended_at is not null, m.role, o.name
+		from api_keys k
+		join users u on u.id = k.user_id
+		left join memberships m on m.org_id = k.org_id and m.user_id = k.user_id
+		left join organizations o on o.id = k.org_id
+		where k.hash = $1`, h[:]).Scan(&p.KeyID, &p.UserID, &p.OrgID, &kind, &scopes, &p.Models, &p.ReadOnly,
+		&spendCap, &credits, &workspace, &expires, &p.Revoked, &p.Suspended, &role, &orgName)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, hotpath.ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot look up key: %w", err)
+	}
+	if p.Kind, err = hotpath.ParseKeyKind(kind); err != nil {
+		return nil, fmt.Errorf("cannot look up key %s: %w", p.KeyID, err)
+	}
+	if p.Scopes, err = hotpath.ParseScopes(scopes); err != nil {
+		return nil, fmt.Errorf("cannot look up key %s: %w", p.KeyID, err)
+	}
+	if role == nil || orgName == nil {
+		// The membership the key was bound to has ended.
+		p.Revoked = true
+	} else {
+		p.Role, p.OrgName = hotpath.Role(*role), *orgName
+	}
+	if spendCap != nil {
+		p.SpendCapMicros = *spendCap
+	}
+	if credits != nil {
+		p.CreditsMicros = *credits
+	}
+	if workspace != nil {
+		p.WorkspaceID = *workspace
+	}
+	if expires != nil {
+		p.ExpiresAt = expires.Unix()
+	}
+	return p, nil
+}
+
+// NewServiceToken describes a service token to mint.
+type NewServiceToken struct {
+	Name      string
+	Scopes    hotpath.Scopes
+	ReadOnly  bool
+	ExpiresIn time.Duration // 0 never expires
+}
+
+// IssuedServiceToken is shown once, when the token is minted.
+type IssuedServiceToken struct {
+	Token         string   `json:"token"`
+	ID            string   `json:"id"`
+	Name          string   `json:"name"`
+	AllowedScopes []string `json:"allowed_scopes"`
+	ReadOnly      bool     `json:"read_only"`
+	ExpiresAt     *string  `json:"expires_at"`
+}
+
+// CreateServiceToken mints a gw_svc_ token. Only its hash is stored.
+func (db *DB) CreateServiceToken(ctx context.Context, t NewServiceToken) (IssuedServiceToken, error) {
+	token, hash := hotpath.GenerateToken(hotpath.TokenService)
+	var expires *time.Time
+	if t.ExpiresIn > 0 {
+		e := time.Now().Add(t.ExpiresIn).Truncate(time.Second)
+		expires = &e
+	}
+	out := IssuedServiceToken{Token: token, Name: t.Name, AllowedScopes: t.Scopes.Names(), ReadOnly: t.ReadOnly,
+		ExpiresAt: optTimestamp(expires)}
+	err := db.Pool.QueryRow(ctx, `insert into service_tokens (hash, name, scopes, read_only, expires_at)
+		values ($1, $2, $3, $4, $5) returning id`, hash[:], t.Name, t.Scopes.Stored(), t.ReadOnly, expires).Scan(&out.ID)
+	if err != nil {
+		return IssuedServiceToken{}, fmt.Errorf("cannot create service token: %w", err)
+	}
+	return out, nil
+}
+
+// LookupServiceToken implements hotpath.KeySource.
+func (db *DB) LookupServiceToken(ctx context.Context, h hotpath.TokenHash) (*hotpath.ServiceToken, error) {
+	s := &hotpath.ServiceToken{}
+	var scopes []string
+	var expires *time.Time
+	err := db.Pool.QueryRow(ctx, `select id, name, scopes, read_only, expires_at, revoked_at is not null
+		from service_tokens where hash = $1`, h[:]).Scan(&s.ID, &s.Name, &scopes, &s.ReadOnly, &expires, &s.Revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, hotpath.ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot look up service token: %w", err)
+	}
+	if s.Scopes, err = hotpath.ParseScopes(scopes); err != nil {
+		return nil, fmt.Errorf("cannot look up service token %s: %w", s.ID, err)
+	}
+	if expires != nil {
+		s.ExpiresAt = expires.Unix()
+	}
+	return s, nil
+}
+
+// RevokeServiceToken revokes a service token by id.
+func (db *DB) RevokeServiceToken(ctx context.Context, id string) error {
+	tag, err := db.Pool.Exec(ctx, `update service_tokens set revoked_at = coalesce(revoked_at, now()) where id = $1`, id)
+	if pgErrCode(err) == "22P02" {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("cannot revoke service token: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+package storage
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/edgegw/gateway/hotpath"
+)
+
+// KeyChannel is the PostgreSQL notification channel the key triggers use.
+const KeyChannel = "gw_keys"
+
+// ListenerApplicationName marks the listener's connection in pg_stat_activity.
+const ListenerApplicationName = "gateway-key-listener"
+
+// Invalidator is what the listener keeps true: hotpath.Verifier.
+type Invalidator interface {
+	Invalidate(h hotpath.TokenHash)
+	Reset()
+	SetLive(live bool)
+}
+
+var _ Invalidator = (*hotpath.Verifier)(nil)
+
+// ListenConfig tunes the listener. Zero values take the defaults.
+type ListenConfig struct {
+	// Probe is how long the connection may sit silent before it is pinged.
+	// Default 10s.
+	Probe time.Duration
+	// MaxBackoff caps the wait between reconnection attempts. Default 2s.
+	MaxBackoff time.Duration
+}
+
+// ListenKeys holds one connection outside the pool, LISTENs on KeyChannel and
+// forwards every notification to inv until ctx ends. While it is not
+// listening, inv is told so (SetLive(false)) and trusts nothing it caches;
+// once listening again it goes live with a reset cache, since notifications
+// may have been missed meanwhile.
+func (db *DB) ListenKeys(ctx context.Context, inv Invalidator, cfg ListenConfig, log *slog.Logger) {
+	if cfg.Probe == 0 {
+		cfg.Probe = 10 * time.Second
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 2 * time.Second
+	}
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := db.listenOnce(ctx, inv, cfg, log)
+		inv.SetLive(false)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("key invalidation channel lost; key cache bypassed until it returns", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, cfg.MaxBackoff)
+	}
+}
+
+func (db *DB) listenOnce(ctx context.Context, inv Invalidator, cfg ListenConfig, log *slog.Logger) error {
+	cc := db.Pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["application_name"] = ListenerApplicationName
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("cannot connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "listen "+KeyChannel); err != nil {
+		return fmt.Errorf("cannot listen: %w", err)
+	}
+	inv.SetLive(true)
+	log.Info("key invalidation channel listening")
+	for {
+		wctx, cancel := context.WithTimeout(ctx, cfg.Probe)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			dispatch(inv, n.Payload)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
+			pctx, cancel := context.WithTimeout(ctx, cfg.Probe)
+			err = conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("cannot ping: %w", err)
+			}
+		default:
+			return fmt.Errorf("cannot wait for notification: %w", err)
+		}
+	}
+}
+
+// dispatch applies one payload: "k:<hex hash>" drops one key, anything else
+// distrusts the whole cache.
+func dispatch(inv Invalidator, payload string) {
+	if hexHash, ok := strings.CutPrefix(payload, "k:"); ok {
+		var h hotpath.TokenHash
+		if n, err := hex.Decode(h[:], []byte(hexHash)); err == nil && n == len(h) {
+			inv.Invalidate(h)
+			return
+		}
+	}
+	inv.Reset()
+}
