@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/storage/storetest"
+)
+
+func runCLI(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestAdminCommands(t *testing.T) {
+	db := storetest.DB(t)
+	url := db.Pool.Config().ConnString()
+
+	org := admin(t, url, "org", "create", "--name", "Acme")
+	require.Equal(t, "Acme", org["name"])
+	require.NotEmpty(t, org["id"])
+
+	user := admin(t, url, "user", "create", "--email", "ann@example.com", "--org", org["id"].(string), "--role", "admin")
+	require.Equal(t, "ann@example.com", user["email"])
+	require.NotEmpty(t, user["personal_org_id"])
+	require.NotEqual(t, org["id"], user["personal_org_id"])
+
+	key := admin(t, url, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string),
+		"--kind", "signed_in", "--scopes", "memory,rules,files", "--models", "kavi,mira", "--read-only",
+		"--spend-cap-usd", "12.5", "--workspace", "7f1f9a52-5d9b-4b7e-9d8e-2f4c1a2b3c4d")
+	require.ElementsMatch(t, []string{"access_token", "token_type", "key_id", "user_id", "expires_at", "org"}, keys(key))
+	require.Equal(t, "bearer", key["token_type"])
+	require.NotNil(t, key["expires_at"])
+	require.Equal(t, map[string]any{"id": org["id"], "name": "Acme", "role": "admin"}, key["org"])
+
+	personal := admin(t, url, "key", "create", "--user", user["id"].(string), "--org", user["personal_org_id"].(string))
+	require.Nil(t, personal["expires_at"], "developer keys never expire")
+	require.Equal(t, "owner", personal["org"].(map[string]any)["role"], "every user owns a personal organization")
+
+	headless := admin(t, url, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string),
+		"--kind", "headless", "--credits-usd", "5")
+	require.NotEmpty(t, headless["key_id"])
+
+	require.Equal(t, map[string]any{"key_id": key["key_id"], "revoked": true},
+		admin(t, url, "key", "revoke", "--key-id", key["key_id"].(string)))
+	require.Equal(t, map[string]any{"id": user["id"], "suspended": true},
+		admin(t, url, "user", "suspend", "--user", user["id"].(string)))
+	admin(t, url, "user", "unsuspend", "--user", user["id"].(string))
+
+	svc := admin(t, url, "service-token", "create", "--name", "etl", "--scopes", "logs", "--expires-in", "1h")
+	require.ElementsMatch(t, []string{"token", "id", "name", "allowed_scopes", "read_only", "expires_at"}, keys(svc))
+	require.Equal(t, []any{"logs"}, svc["allowed_scopes"])
+
+	var n int
+	require.NoError(t, db.Pool.QueryRow(t.Context(), `select count(*) from api_keys`).Scan(&n))
+	require.Equal(t, 3, n)
+}
+
+func TestAdminErrors(t *testing.T) {
+	db := storetest.DB(t)
+	url := db.Pool.Config().ConnString()
+	org := admin(t, url, "org", "create", "--name", "Acme")
+	user := admin(t, url, "user", "create", "--email", "bo@example.com")
+	cases := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no command", []string{}, 2, "usage"},
+		{"unknown command", []string{"org", "delete"}, 2, "unknown command"},
+		{"missing name", []string{"org", "create"}, 2, "--name is required"},
+		{"bad flag", []string{"org", "create", "--nope"}, 2, "not defined"},
+		{"bad email", []string{"user", "create", "--email", "nope"}, 2, "not an e-mail"},
+		{"duplicate email", []string{"user", "create", "--email", "BO@example.com"}, 1, "already exists"},
+		{"bad role", []string{"user", "create", "--email", "x@example.com", "--org", org["id"].(string), "--role", "boss"}, 2, "role"},
+		{"missing org", []string{"user", "create", "--email", "y@example.com", "--org", "00000000-0000-0000-0000-000000000000"}, 1, "does not exist"},
+		{"bad kind", []string{"key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--kind", "root"}, 2, "kind"},
+		{"bad scope", []string{"key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--scopes", "chat,admin"}, 2, `"admin"`},
+		{"bad model", []string{"key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--models", "gpt-4o"}, 2, "not a tier"},
+		{"bad cap", []string{"key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--spend-cap-usd", "-3"}, 2, "spend-cap-usd"},
+		{"credits on developer", []string{"key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--credits-usd", "3"}, 2, "headless"},
+		{"not a member", []string{"key", "create", "--user", user["id"].(string), "--org", org["id"].(string)}, 1, "not a member"},
+		{"bad workspace", []string{"key", "create", "--user", user["id"].(string), "--org", user["personal_org_id"].(string), "--workspace", "ws1"}, 1, "workspace"},
+		{"unknown key", []string{"key", "revoke", "--key-id", "00000000-0000-0000-0000-000000000000"}, 1, "does not exist"},
+		{"malformed key id", []string{"key", "revoke", "--key-id", "abc"}, 1, "does not exist"},
+		{"unknown user", []string{"user", "suspend", "--user", "abc"}, 1, "does not exist"},
+		{"negative expiry", []string{"service-token", "create", "--name", "x", "--expires-in", "-1h"}, 2, "negative"},
+		{"extra argument", []string{"org", "create", "--name", "x", "extra"}, 2, "unexpected argument"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"admin"}, c.args...)
+			if len(c.args) >= 2 {
+				args = append(args, "--database-url", url)
+			}
+			code, out, errOut := runCLI(args...)
+			require.Equal(t, c.code, code, "stderr: %s", errOut)
+			require.Empty(t, out, "errors print nothing on stdout")
+			require.Contains(t, errOut, c.msg)
+		})
+	}
+}
+
+func TestAdminNeedsMigratedDatabase(t *testing.T) {
+	url := storetest.DatabaseURL(t)
+	code, _, errOut := runCLI("admin", "org", "create", "--name", "x", "--database-url", url)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "gateway migrate")
+}
+
+func TestVersionCommand(t *testing.T) {
+	code, out, _ := runCLI("version")
+	require.Zero(t, code)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &v))
+	require.Equal(t, "2026-10-07", v["api_version"])
+	require.NotEmpty(t, v["commit"])
+}
+
+func TestServeHelpListsEverySetting(t *testing.T) {
+	code, _, errOut := runCLI("serve", "--help")
+	require.Zero(t, code)
+	for _, s := range []string{"GATEWAY_ADDR", "GATEWAY_DATABASE_URL or DATABASE_URL", "GATEWAY_REDIS_URL or REDIS_URL",
+		"GATEWAY_CONFIG", "GATEWAY_ADMIN_ADDR", "GATEWAY_LOG_LEVEL", "GATEWAY_KEY_CACHE_TTL", "GATEWAY_DEMO"} {
+		require.Contains(t, errOut, s)
+	}
+}
+
+func TestServeRefusesInvalidConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"bad addr", []string{"--addr", "nope", "--database-url", "postgres://x@127.0.0.1/db"}, nil, "addr"},
+		{"no database", []string{}, nil, "database-url"},
+		{"bad log level", []string{"--database-url", "postgres://x@127.0.0.1/db", "--log-level", "loud"}, nil, "log-level"},
+		{"bad env value", []string{"--database-url", "postgres://x@127.0.0.1/db"}, map[string]string{"GATEWAY_ACCESS_LOG": "maybe"}, "GATEWAY_ACCESS_LOG"},
+		{"bad redis", []string{"--database-url", "postgres://x@127.0.0.1/db", "--redis-url", "http://x"}, nil, "redis-url"},
+		{"bad timeout", []string{"--database-url", "postgres://x@127.0.0.1/db", "--read-timeout", "0s"}, nil, "read-timeout"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "")
+			t.Setenv("GATEWAY_DATABASE_URL", "")
+			os.Unsetenv("DATABASE_URL")
+			os.Unsetenv("GATEWAY_DATABASE_URL")
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			code, _, errOut := runCLI(append([]string{"serve"}, c.args...)...)
+			require.Equal(t, 2, code, errOut)
+			require.Contains(t, errOut, c.want)
+		})
+	}
+
+	tiers := map[string]string{
+		"unknown tier":  "tiers:\n  gpt4:\n    max_output: 1\n",
+		"bad max":       "tiers:\n  kavi:\n    max_output: 0\n",
+		"bad effort":    "tiers:\n  mira:\n    reasoning:\n      default_effort: minimal\n",
+		"bad price":     "tiers:\n  vaani:\n    prices:\n      input: 1e-3\n",
+		"unknown field": "tiers:\n  kavi:\n    upstream_secret: x\n",
+		"not yaml":      "tiers: [",
+	}
+	wants := map[string]string{"unknown tier": "tiers.gpt4", "bad max": "tiers.kavi.max_output", "bad effort": "tiers.mira.reasoning.default_effort",
+		"bad price": "1e-3", "unknown field": "upstream_secret", "not yaml": "config"}
+	for name, body := range tiers {
+		t.Run(name, func(t *testing.T) {
+			_, err := loadTiers(write(strings.ReplaceAll(name, " ", "_")+".yaml", body))
+			require.ErrorContains(t, err, wants[name])
+		})
+	}
+}
+
+func TestConfigFileOverridesTiers(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gateway.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(`
+tiers:
+  mira:
+    label: Mira Fast
+    max_output: 1024
+    deadline: 30s
+    prices:
+      input: "0.10"
+      output: 0.3
+`), 0o600))
+	tiers, err := loadTiers(p)
+	require.NoError(t, err)
+	i := tierIndex(tiers, "mira")
+	require.Equal(t, "Mira Fast", tiers[i].Label)
+	require.Equal(t, 1024, tiers[i].MaxOutput)
+	require.EqualValues(t, 100_000, tiers[i].Prices.InputPerM)
+	require.EqualValues(t, 300_000, tiers[i].Prices.OutputPerM)
+	require.EqualValues(t, 50_000, tiers[i].Prices.CacheReadPerM, "fields the file does not name keep their defaults")
+	empty := filepath.Join(t.TempDir(), "empty.yaml")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	_, err = loadTiers(empty)
+	require.NoError(t, err)
+}
+
+func keys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

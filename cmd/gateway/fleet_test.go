@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/storage/storetest"
+)
+
+// buildGateway compiles this command once per test binary.
+func buildGateway(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "gateway")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Run(), "cannot build the gateway")
+	return bin
+}
+
+// process is one `gateway serve` started as its own OS process.
+type process struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+// startProcess runs the binary on a free loopback port and returns once it
+// logs that it listens and that its key invalidation channel is live, so
+// the revocation below can only reach it as a notification.
+func startProcess(t *testing.T, bin, dbURL string) *process {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--admin-addr", "", "--log-level", "debug")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "GATEWAY_DEMO=false")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		addr, live := "", false
+		for sc.Scan() {
+			var line map[string]any
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			switch line["msg"] {
+			case "listening":
+				addr = line["addr"].(string)
+			case "key invalidation channel listening":
+				live = true
+			}
+			if addr != "" && live {
+				ready <- addr
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+	}()
+	select {
+	case a := <-ready:
+		return &process{cmd: cmd, addr: a}
+	case <-time.After(30 * time.Second):
+		t.Fatal("gateway did not start listening")
+		return nil
+	}
+}
+
+// Two gateway processes share one database; a key revoked through one is
+// refused by the other within a second, carried by PostgreSQL notifications.
+func TestRevocationReachesEveryProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts two gateway processes")
+	}
+	dbURL := storetest.DatabaseURL(t)
+	bin := buildGateway(t)
+	var out, errOut strings.Builder
+	cmd := exec.Command(bin, "migrate", "--database-url", dbURL)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Run(), errOut.String())
+
+	a := startProcess(t, bin, dbURL)
+	b := startProcess(t, bin, dbURL)
+	tn := newTenant(t, dbURL, "fleet@example.com")
+
+	// Both processes have the key cached.
+	for range 3 {
+		require.Equal(t, 200, call(t, a.addr, "GET", "/api/v1/me", tn.key, nil).status)
+		require.Equal(t, 200, call(t, b.addr, "GET", "/api/v1/me", tn.key, nil).status)
+	}
+	start := time.Now()
+	r := call(t, a.addr, "DELETE", "/api/v1/keys/"+tn.keyID, tn.key, nil)
+	require.Equal(t, 204, r.status)
+	require.Equal(t, 401, call(t, a.addr, "GET", "/api/v1/me", tn.key, nil).status, "the revoking process refuses at once")
+	var took time.Duration
+	for {
+		if call(t, b.addr, "GET", "/api/v1/me", tn.key, nil).status == 401 {
+			took = time.Since(start)
+			break
+		}
+		require.Less(t, time.Since(start), time.Second, "the other process still accepts the revoked key")
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Logf("revocation reached the other process in %v", took)
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/storage"
+)
+
+func TestHealthAndReady(t *testing.T) {
+	ta := startTestApp(t)
+	r := ta.call(t, "GET", "/api/health", "", nil)
+	require.Equal(t, 200, r.status)
+	require.Equal(t, "ok", r.body["status"])
+	require.NotEmpty(t, r.body["commit"])
+	require.Equal(t, "2026-10-07", r.header.Get("Gateway-Version"))
+	require.NotEmpty(t, r.header.Get("X-Request-Id"))
+
+	r = ta.call(t, "GET", "/api/ready", "", nil)
+	require.Equal(t, 200, r.status)
+	require.Equal(t, "ready", r.body["status"])
+	require.EqualValues(t, storage.BinaryVersion(), r.body["schema_version"])
+
+	ta.api.Drain()
+	r = ta.call(t, "GET", "/api/ready", "", nil)
+	require.Equal(t, 503, r.status, "a draining process is not ready")
+	require.Equal(t, 200, ta.call(t, "GET", "/api/health", "", nil).status, "but it is alive")
+}
+
+func TestReadyNeedsTheSchema(t *testing.T) {
+	ta := startTestApp(t, func(c *serveConfig) { c.Migrate = false })
+	r := ta.call(t, "GET", "/api/ready", "", nil)
+	require.Equal(t, 503, r.status)
+	require.EqualValues(t, 0, r.body["schema_version"])
+	require.Equal(t, 200, ta.call(t, "GET", "/api/health", "", nil).status)
+
+	var out, errOut bytes.Buffer
+	require.Zero(t, run([]string{"migrate", "--database-url", ta.dbURL}, &out, &errOut), errOut.String())
+	require.Equal(t, 200, ta.call(t, "GET", "/api/ready", "", nil).status)
+}
+
+func TestReadyWhenDatabaseIsUnreachable(t *testing.T) {
+	ta := startTestApp(t, func(c *serveConfig) { c.Migrate = false })
+	ta.db.Close() // what a process sees when PostgreSQL goes away
+	r := ta.call(t, "GET", "/api/ready", "", nil)
+	require.Equal(t, 503, r.status)
+	require.Equal(t, "unreachable", r.body["database"])
+}
+
+func TestMeAndKeyStates(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "ada@example.com")
+
+	for _, path := range []string{"/api/v1/me", "/api/v2/me"} {
+		r := ta.call(t, "GET", path, tn.key, nil)
+		require.Equal(t, 200, r.status, path)
+		require.Equal(t, map[string]any{"api_key_id": tn.keyID, "user_id": tn.userID}, r.body)
+	}
+
+	admin(t, ta.dbURL, "user", "suspend", "--user", tn.userID)
+	require.Eventually(t, func() bool {
+		r := ta.call(t, "GET", "/api/v1/me", tn.key, nil)
+		return r.status == 403 && r.body["code"] == "account_suspended"
+	}, time.Second, 5*time.Millisecond)
+	admin(t, ta.dbURL, "user", "unsuspend", "--user", tn.userID)
+	require.Eventually(t, func() bool { return ta.call(t, "GET", "/api/v1/me", tn.key, nil).status == 200 },
+		time.Second, 5*time.Millisecond)
+
+	// Revoked through this process: refused on the very next request.
+	r := ta.call(t, "DELETE", "/api/v1/keys/"+tn.keyID, tn.key, nil)
+	require.Equal(t, 204, r.status)
+	r = ta.call(t, "GET", "/api/v1/me", tn.key, nil)
+	require.Equal(t, 401, r.status)
+	require.Equal(t, "unauthorized", r.body["code"])
+	require.Equal(t, "Bearer", r.header.Get("WWW-Authenticate"))
+}
+
+func TestSignedInKeyExpiry(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "eve@example.com", "--kind", "signed_in")
+	require.Equal(t, 200, ta.call(t, "GET", "/api/v1/me", tn.key, nil).status)
+	_, err := ta.db.Pool.Exec(context.Background(), `update api_keys set expires_at = now() - interval '1 second' where id = $1`, tn.keyID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return ta.call(t, "GET", "/api/v1/me", tn.key, nil).status == 401 },
+		time.Second, 5*time.Millisecond)
+}
+
+func TestKeyConsole(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "kim@example.com", "--scopes", "org,chat", "--models", "mira,vaani")
+	other := newTenant(t, ta.dbURL, "lee@example.com")
+
+	r := ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{"allowed_scopes": []string{"chat"}, "models": []string{"mira"}})
+	require.Equal(t, 201, r.status, "%s", r.raw)
+	require.Regexp(t, `^gw_live_`, r.body["access_token"])
+	newKey, newID := r.body["access_token"].(string), r.body["key_id"].(string)
+	require.Nil(t, r.body["expires_at"])
+	require.Equal(t, tn.orgID, r.body["org"].(map[string]any)["id"])
+	require.Equal(t, 200, ta.call(t, "GET", "/api/v1/me", newKey, nil).status)
+
+	r = ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{"allowed_scopes": []string{"memory"}})
+	require.Equal(t, 403, r.status, "no broader scopes than the caller's")
+	r = ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{})
+	require.Equal(t, 403, r.status, "an unscoped key is broader than a scoped caller")
+	r = ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{"allowed_scopes": []string{"chat"}, "models": []string{"kavi"}})
+	require.Equal(t, 403, r.status)
+	require.Equal(t, "model_not_allowed", r.body["code"])
+	r = ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{"allowed_scopes": []string{"bogus"}})
+	require.Equal(t, 400, r.status)
+	require.Equal(t, "invalid_request", r.body["code"])
+
+	r = ta.call(t, "GET", "/api/v1/keys", tn.key, nil)
+	require.Equal(t, 200, r.status)
+	require.Len(t, r.body["data"], 2)
+	require.NotContains(t, string(r.raw), "gw_live_", "listings never show secrets")
+
+	r = ta.call(t, "GET", "/api/v1/keys", newKey, nil)
+	require.Equal(t, 403, r.status)
+	require.Equal(t, "org", r.body["required_scope"])
+
+	// Another tenant's key id is indistinguishable from a missing one.
+	r = ta.call(t, "DELETE", "/api/v1/keys/"+newID, other.key, nil)
+	require.Equal(t, 404, r.status)
+	r = ta.call(t, "DELETE", "/api/v1/keys/not-a-uuid", other.key, nil)
+	require.Equal(t, 404, r.status)
+	require.Equal(t, 200, ta.call(t, "GET", "/api/v1/me", newKey, nil).status)
+}
+
+func TestServiceTokenSelf(t *testing.T) {
+	ta := startTestApp(t)
+	tok := admin(t, ta.dbURL, "service-token", "create", "--name", "billing-sync", "--scopes", "logs,limits",
+		"--read-only", "--expires-in", "24h")
+	secret := tok["token"].(string)
+	require.Regexp(t, `^gw_svc_`, secret)
+
+	r := ta.call(t, "GET", "/api/v1/service-token/self", secret, nil)
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.Equal(t, "billing-sync", r.body["service"])
+	require.Equal(t, []any{"logs", "limits"}, r.body["allowed_scopes"])
+	require.Equal(t, true, r.body["read_only"])
+	exp, err := time.Parse(time.RFC3339, r.body["expires_at"].(string))
+	require.NoError(t, err)
+	date, err := http.ParseTime(r.header.Get("Date"))
+	require.NoError(t, err)
+	require.InDelta(t, 24*time.Hour, exp.Sub(date), float64(time.Minute), "remaining lifetime is expires_at minus Date")
+
+	unscoped := admin(t, ta.dbURL, "service-token", "create", "--name", "ops")
+	r = ta.call(t, "GET", "/api/v2/service-token/self", unscoped["token"].(string), nil)
+	require.Equal(t, 200, r.status)
+	require.Nil(t, r.body["expires_at"])
+	require.Len(t, r.body["allowed_scopes"], 17, "the effective list, never empty")
+
+	tn := newTenant(t, ta.dbURL, "svc@example.com")
+	require.Equal(t, 401, ta.call(t, "GET", "/api/v1/service-token/self", tn.key, nil).status)
+	require.Equal(t, 401, ta.call(t, "GET", "/api/v1/me", secret, nil).status)
+
+	admin(t, ta.dbURL, "service-token", "revoke", "--id", tok["id"].(string))
+	require.Eventually(t, func() bool {
+		return ta.call(t, "GET", "/api/v1/service-token/self", secret, nil).status == 401
+	}, time.Second, 5*time.Millisecond)
+}
+
+func TestModelsRoutes(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "mo@example.com")
+	r := ta.call(t, "GET", "/api/v1/models", tn.key, nil)
+	require.Equal(t, 200, r.status)
+	require.Len(t, r.body["data"], 3)
+	require.Equal(t, 200, ta.call(t, "GET", "/api/v2/models", tn.key, nil).status)
+	r = ta.call(t, "GET", "/v1/models", tn.key, nil)
+	require.Equal(t, 200, r.status)
+	require.Equal(t, "list", r.body["object"])
+	r = ta.call(t, "GET", "/v1/models", "", nil)
+	require.Equal(t, 401, r.status)
+	require.Equal(t, "authentication_error", r.body["error"].(map[string]any)["type"])
+}
+
+var secretRE = regexp.MustCompile(`gw_(live|svc)_[0-9A-Za-z]{10,}`)
+
+// Every log line and metric the gateway writes while keys are issued, used,
+// refused and revoked is captured and searched for key secrets.
+func TestNoSecretInLogsOrMetrics(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "sec@example.com")
+	svc := admin(t, ta.dbURL, "service-token", "create", "--name", "s")["token"].(string)
+	secrets := []string{tn.key, svc}
+
+	r := ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{"allowed_scopes": []string{"chat"}})
+	require.Equal(t, 201, r.status)
+	minted := r.body["access_token"].(string)
+	secrets = append(secrets, minted)
+	for _, k := range secrets {
+		ta.call(t, "GET", "/api/v1/me", k, nil)
+		ta.call(t, "GET", "/api/v1/service-token/self", k, nil)
+		ta.call(t, "GET", "/api/v1/me?key="+k, k, nil)
+		ta.call(t, "GET", "/api/v1/nope/"+k, k, nil)
+		ta.call(t, "GET", "/api/v1/me", k+"x", nil)
+		ta.call(t, "GET", "/v1/models", k, nil, "X-Request-Id", "id-with-"+k[:12])
+	}
+	require.Equal(t, 204, ta.call(t, "DELETE", "/api/v1/keys/"+r.body["key_id"].(string), tn.key, nil).status)
+	require.Equal(t, 401, ta.call(t, "GET", "/api/v1/me", minted, nil).status)
+	// A request line fasthttp cannot parse, carrying a key in its header.
+	raw, err := (&http.Client{}).Post("http://"+ta.Addr()+"/api/v1/me", "application/json", bytes.NewReader([]byte("{")))
+	require.NoError(t, err)
+	raw.Body.Close()
+
+	m, err := http.Get("http://" + ta.adminLn.Addr().String() + "/metrics")
+	require.NoError(t, err)
+	page, err := io.ReadAll(m.Body)
+	m.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(page), "gateway_requests_total")
+
+	logs := ta.logs.String()
+	require.Contains(t, logs, `"key_id":"`+tn.keyID+`"`, "key ids are safe to log and are logged")
+	for _, text := range []string{logs, string(page)} {
+		require.False(t, secretRE.MatchString(text), "a key secret leaked: %s", secretRE.FindString(text))
+		for _, s := range secrets {
+			require.NotContains(t, text, s[len(s)-20:])
+		}
+	}
+}
+
+func TestTenantKeysAreIsolated(t *testing.T) {
+	ta := startTestApp(t)
+	a := newTenant(t, ta.dbURL, "a@example.com")
+	b := newTenant(t, ta.dbURL, "b@example.com")
+	ra := ta.call(t, "GET", "/api/v1/keys", a.key, nil)
+	rb := ta.call(t, "GET", "/api/v1/keys", b.key, nil)
+	require.Contains(t, string(ra.raw), a.keyID)
+	require.NotContains(t, string(ra.raw), b.keyID)
+	require.Contains(t, string(rb.raw), b.keyID)
+	require.NotContains(t, string(rb.raw), a.keyID)
+}
+
+func TestDemoSeedIsRepeatable(t *testing.T) {
+	ta := startTestApp(t)
+	var first, second bytes.Buffer
+	require.NoError(t, ta.seedDemo(context.Background(), &first))
+	require.NoError(t, ta.seedDemo(context.Background(), &second))
+	keyRE := regexp.MustCompile(`gw_live_[0-9A-Za-z]+`)
+	k1, k2 := keyRE.FindString(first.String()), keyRE.FindString(second.String())
+	require.NotEmpty(t, k1)
+	require.NotEqual(t, k1, k2)
+	require.Contains(t, first.String(), "curl -s http://"+ta.Addr()+"/api/v1/me")
+	for _, k := range []string{k1, k2} {
+		require.Equal(t, 200, ta.call(t, "GET", "/api/v1/me", k, nil).status)
+	}
+}

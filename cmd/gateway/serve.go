@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/redis/rueidis"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgegw/gateway/control"
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/proxy"
+	"github.com/edgegw/gateway/storage"
+)
+
+// serveConfig is every setting of `gateway serve`.
+type serveConfig struct {
+	Addr            string
+	AdminAddr       string
+	ConfigPath      string
+	DB              storage.Config
+	RedisURL        string
+	Migrate         bool
+	Demo            bool
+	LogLevel        string
+	LogFormat       string
+	AccessLog       bool
+	Keys            hotpath.VerifierConfig
+	MaxBodySize     int
+	ReadTimeout     time.Duration
+	IdleTimeout     time.Duration
+	DrainDelay      time.Duration
+	ShutdownTimeout time.Duration
+
+	dbConns *int
+}
+
+func (c *serveConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "address the API listens on")
+	fs.StringVar(&c.AdminAddr, "admin-addr", "127.0.0.1:9090", "address of the admin listener serving /metrics and /debug/pprof/; empty disables it")
+	fs.StringVar(&c.ConfigPath, "config", "", "YAML file with tiers and prices (see the configuration reference)")
+	fs.StringVar(&c.DB.URL, "database-url", "", "PostgreSQL URL (required)")
+	dbConns := fs.Int("database-max-conns", 16, "PostgreSQL pool size")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL for fleet-wide counters; empty keeps counters in this process")
+	fs.BoolVar(&c.Migrate, "migrate", true, "apply pending schema migrations at start (under an advisory lock)")
+	fs.BoolVar(&c.Demo, "demo", false, "seed a demo organization, user and developer key, and print the key")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "json", "json or text")
+	fs.BoolVar(&c.AccessLog, "access-log", false, "log one line per request (id, route, status, duration, key id)")
+	fs.Int64Var(&c.Keys.MaxKeys, "key-cache-size", 100_000, "key records held in the cache")
+	fs.DurationVar(&c.Keys.TTL, "key-cache-ttl", 5*time.Minute, "longest a cached key record is trusted without a refetch")
+	fs.IntVar(&c.MaxBodySize, "max-body-size", 8<<20, "largest request body accepted, bytes")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", 30*time.Second, "time allowed to read a request")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
+	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown, how long /api/ready answers 503 before the listener closes")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
+	c.dbConns = dbConns
+}
+
+// validate checks every setting and names the first one that is wrong.
+func (c *serveConfig) validate() error {
+	if c.dbConns != nil {
+		c.DB.MaxConns = int32(*c.dbConns)
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("addr: %w", err)
+	}
+	if c.AdminAddr != "" {
+		if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
+			return fmt.Errorf("admin-addr: %w", err)
+		}
+	}
+	if err := c.DB.Validate(); err != nil {
+		return err
+	}
+	if c.RedisURL != "" {
+		if _, err := rueidis.ParseURL(c.RedisURL); err != nil {
+			return fmt.Errorf("redis-url: %w", err)
+		}
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return fmt.Errorf("log-format: %q is not json or text", c.LogFormat)
+	}
+	if err := c.Keys.Validate(); err != nil {
+		return fmt.Errorf("key-cache: %w", err)
+	}
+	if c.MaxBodySize < 1024 {
+		return errors.New("max-body-size: must be at least 1024")
+	}
+	for name, d := range map[string]time.Duration{"read-timeout": c.ReadTimeout, "idle-timeout": c.IdleTimeout,
+		"shutdown-timeout": c.ShutdownTimeout} {
+		if d <= 0 {
+			return fmt.Errorf("%s: must be positive", name)
+		}
+	}
+	if c.DrainDelay < 0 {
+		return errors.New("drain-delay: must not be negative")
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log-level: %q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	l, _ := parseLevel(level)
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	var cfg serveConfig
+	fs := flag.NewFlagSet("gateway serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.flags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: gateway serve [flags]\n\nEvery flag can also be set with the environment variable shown beside it.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "gateway serve: %v\n", err)
+		return 2
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintf(stderr, "gateway serve: invalid configuration: %v\n", err)
+		return 2
+	}
+	log := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a, err := startApp(ctx, cfg, log)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	if cfg.Demo {
+		if err := a.seedDemo(ctx, stdout); err != nil {
+			log.Error("cannot seed demo data", "err", err)
+			a.shutdown()
+			return 1
+		}
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	a.shutdown()
+	return 0
+}
+
+// app is one running gateway: what `serve` starts and tests drive.
+type app struct {
+	cfg      serveConfig
+	log      *slog.Logger
+	db       *storage.DB
+	redis    rueidis.Client
+	verifier *hotpath.Verifier
+	api      *control.API
+	server   *fasthttp.Server
+	ln       net.Listener
+	admin    *http.Server
+	adminLn  net.Listener
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// startApp wires storage, hotpath, proxy and control together and starts
+// listening. It returns once the API listener accepts connections.
+func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, error) {
+	tiers, err := loadTiers(cfg.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	a := &app{cfg: cfg, log: log, done: make(chan struct{})}
+	if a.db, err = storage.Open(ctx, cfg.DB); err != nil {
+		return nil, err
+	}
+	if cfg.Migrate {
+		from, to, err := a.db.Migrate(ctx)
+		if err != nil {
+			a.db.Close()
+			return nil, err
+		}
+		if from != to {
+			log.Info("schema migrated", "from", from, "to", to)
+		}
+	}
+	if cfg.RedisURL != "" {
+		if a.redis, err = storage.OpenRedis(ctx, cfg.RedisURL); err != nil {
+			a.db.Close()
+			return nil, err
+		}
+	}
+	if a.verifier, err = hotpath.NewVerifier(cfg.Keys, a.db); err != nil {
+		a.db.Close()
+		return nil, err
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancel = cancel
+	go func() {
+		defer close(a.done)
+		a.db.ListenKeys(bg, a.verifier, storage.ListenConfig{}, log)
+	}()
+
+	set := metrics.NewSet()
+	registerRuntimeMetrics(set, a)
+	edge := proxy.NewEdge(proxy.EdgeConfig{Verifier: a.verifier, Log: log, Metrics: set, AccessLog: cfg.AccessLog})
+	rt := proxy.NewRouter(edge)
+	cat, err := proxy.NewCatalogue(tiers)
+	if err != nil {
+		a.shutdown()
+		return nil, err
+	}
+	user := hotpath.Access{Auth: hotpath.AuthUser}
+	user.Name = "models"
+	rt.Handle(fasthttp.MethodGet, "/api/v1/models", user, cat.Native)
+	user.Name = "models_openai"
+	rt.HandleOnly(fasthttp.MethodGet, "/v1/models", user, cat.OpenAI)
+	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit()}
+	a.api.Register(rt)
+
+	a.server = &fasthttp.Server{
+		Handler:               rt.Handler(),
+		Name:                  "gateway",
+		NoDefaultServerHeader: true,
+		ReadTimeout:           cfg.ReadTimeout,
+		IdleTimeout:           cfg.IdleTimeout,
+		MaxRequestBodySize:    cfg.MaxBodySize,
+		CloseOnShutdown:       true,
+		Logger:                fasthttpLogger{log},
+		ErrorHandler:          edge.ParseError,
+	}
+	if a.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+		a.shutdown()
+		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Addr, err)
+	}
+	go func() {
+		if err := a.server.Serve(a.ln); err != nil {
+			log.Error("api listener stopped", "err", err)
+		}
+	}()
+	if cfg.AdminAddr != "" {
+		if err := a.startAdmin(set); err != nil {
+			a.shutdown()
+			return nil, err
+		}
+	}
+	log.Info("listening", "addr", a.ln.Addr().String(), "admin_addr", cfg.AdminAddr, "commit", buildCommit())
+	return a, nil
+}
+
+// Addr is the API listener's address.
+func (a *app) Addr() string { return a.ln.Addr().String() }
+
+func (a *app) startAdmin(set *metrics.Set) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		set.WritePrometheus(w)
+		metrics.WriteProcessMetrics(w)
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ln, err := net.Listen("tcp", a.cfg.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on admin-addr %s: %w", a.cfg.AdminAddr, err)
+	}
+	a.adminLn = ln
+	a.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = a.admin.Serve(ln) }()
+	return nil
+}
+
+// shutdown drains and stops in the reverse order of start.
+func (a *app) shutdown() {
+	if a.api != nil {
+		a.api.Drain()
+		if a.cfg.DrainDelay > 0 {
+			time.Sleep(a.cfg.DrainDelay)
+		}
+	}
+	if a.server != nil && a.ln != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+		if err := a.server.ShutdownWithContext(ctx); err != nil {
+			a.log.Warn("requests still in flight at shutdown", "err", err)
+		}
+		cancel()
+	}
+	if a.admin != nil {
+		_ = a.admin.Close()
+	}
+	if a.cancel != nil {
+		a.cancel()
+		<-a.done
+	}
+	if a.verifier != nil {
+		a.verifier.Close()
+	}
+	if a.redis != nil {
+		a.redis.Close()
+	}
+	a.db.Close()
+}
+
+func registerRuntimeMetrics(set *metrics.Set, a *app) {
+	set.NewGauge("gateway_key_cache_live", func() float64 {
+		if a.verifier != nil && a.verifier.Live() {
+			return 1
+		}
+		return 0
+	})
+	stat := func(f func(hotpath.VerifierStats) uint64) func() float64 {
+		return func() float64 { return float64(f(a.verifier.Stats())) }
+	}
+	set.NewGauge("gateway_key_cache_hits_total", stat(func(s hotpath.VerifierStats) uint64 { return s.Hits }))
+	set.NewGauge("gateway_key_cache_misses_total", stat(func(s hotpath.VerifierStats) uint64 { return s.Misses }))
+	set.NewGauge("gateway_key_cache_stale_served_total", stat(func(s hotpath.VerifierStats) uint64 { return s.StaleServed }))
+	set.NewGauge("gateway_key_lookup_errors_total", stat(func(s hotpath.VerifierStats) uint64 { return s.LookupErrors }))
+	set.NewGauge("gateway_db_pool_acquired_conns", func() float64 { return float64(a.db.Pool.Stat().AcquiredConns()) })
+	set.NewGauge("gateway_db_pool_total_conns", func() float64 { return float64(a.db.Pool.Stat().TotalConns()) })
+}
+
+// fasthttpLogger routes fasthttp's own messages (connection errors) to slog.
+// Only the format is logged: fasthttp's arguments can quote raw request
+// bytes, headers and keys included.
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, _ ...any) {
+	l.log.Debug(strings.TrimSpace(format), "source", "fasthttp")
+}

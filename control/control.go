@@ -1,0 +1,81 @@
+// Package control is the gateway's control plane: plain handlers over
+// storage for identity, keys and (in later layers) the collaboration
+// resources. Clarity wins over allocations here.
+package control
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/bytedance/sonic"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/storage"
+)
+
+// Registrar is the route table the handlers are registered in.
+type Registrar interface {
+	Handle(method, path string, a hotpath.Access, h func(*fasthttp.RequestCtx, *hotpath.Call) error)
+}
+
+// Invalidator drops a key from this process's cache at once.
+type Invalidator interface {
+	Invalidate(h hotpath.TokenHash)
+}
+
+// API holds the control plane's dependencies.
+type API struct {
+	DB       *storage.DB
+	Keys     Invalidator
+	Log      *slog.Logger
+	Commit   string
+	draining atomic.Bool
+}
+
+// Register adds the control plane's routes.
+func (a *API) Register(r Registrar) {
+	public := func(name string) hotpath.Access { return hotpath.Access{Name: name} }
+	user := func(name string, f hotpath.Family) hotpath.Access {
+		return hotpath.Access{Name: name, Auth: hotpath.AuthUser, Family: f}
+	}
+	r.Handle(fasthttp.MethodGet, "/api/health", public("health"), a.health)
+	r.Handle(fasthttp.MethodGet, "/api/ready", public("ready"), a.ready)
+	r.Handle(fasthttp.MethodGet, "/api/v1/me", user("me", hotpath.FamilyNone), a.me)
+	r.Handle(fasthttp.MethodGet, "/api/v1/service-token/self",
+		hotpath.Access{Name: "service_token_self", Auth: hotpath.AuthService}, a.serviceTokenSelf)
+	r.Handle(fasthttp.MethodGet, "/api/v1/keys", user("keys_list", hotpath.FamilyOrg), a.listKeys)
+	r.Handle(fasthttp.MethodPost, "/api/v1/keys", user("keys_create", hotpath.FamilyOrg), a.createKey)
+	r.Handle(fasthttp.MethodDelete, "/api/v1/keys/{id}", user("keys_revoke", hotpath.FamilyOrg), a.revokeKey)
+}
+
+// Drain makes /api/ready answer 503 so load balancers stop sending traffic
+// before the listener closes.
+func (a *API) Drain() { a.draining.Store(true) }
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) error {
+	body, err := sonic.Marshal(v)
+	if err != nil {
+		return err
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+	return nil
+}
+
+// storageError maps storage's sentinels to the route's codes: notFound for
+// ErrNotFound and ErrNotMember, a conflict for ErrConflict; anything else is
+// returned as it is and answered internal_error by the edge.
+func storageError(err error, notFound *codec.Error) error {
+	switch {
+	case errors.Is(err, storage.ErrNotFound), errors.Is(err, storage.ErrNotMember):
+		return notFound
+	case errors.Is(err, context.DeadlineExceeded):
+		return codec.ErrServiceUnavailable
+	}
+	return err
+}

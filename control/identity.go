@@ -1,0 +1,133 @@
+package control
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/bytedance/sonic"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/storage"
+)
+
+// me answers {api_key_id, user_id}: 200 means the key works.
+func (a *API) me(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+	return writeJSON(ctx, fasthttp.StatusOK, map[string]string{
+		"api_key_id": c.User.KeyID,
+		"user_id":    c.User.UserID,
+	})
+}
+
+type serviceTokenSelf struct {
+	Object        string   `json:"object"`
+	ID            string   `json:"id"`
+	Service       string   `json:"service"`
+	AllowedScopes []string `json:"allowed_scopes"`
+	ReadOnly      bool     `json:"read_only"`
+	ExpiresAt     *string  `json:"expires_at"`
+}
+
+// serviceTokenSelf describes only the presented token. allowed_scopes is the
+// effective list, never empty; expires_at is null for a token that never
+// expires and never in the past (an expired token does not get this far).
+func (a *API) serviceTokenSelf(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+	s := c.Service
+	out := serviceTokenSelf{Object: "service_token", ID: s.ID, Service: s.Name,
+		AllowedScopes: s.Scopes.Names(), ReadOnly: s.ReadOnly}
+	if s.ExpiresAt != 0 {
+		t := time.Unix(s.ExpiresAt, 0).UTC().Format(time.RFC3339)
+		out.ExpiresAt = &t
+	}
+	return writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+var errKeyNotFound = codec.NewError(codec.CodeNotFound, "No such key.")
+
+func (a *API) listKeys(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+	keys, err := a.DB.ListKeys(ctx, c.User.UserID, c.User.OrgID)
+	if err != nil {
+		return storageError(err, errKeyNotFound)
+	}
+	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": keys})
+}
+
+type createKeyRequest struct {
+	Scopes      []string `json:"allowed_scopes"`
+	Models      []string `json:"models"`
+	ReadOnly    bool     `json:"read_only"`
+	SpendCapUSD *string  `json:"spend_cap_usd"`
+}
+
+// createKey issues a developer key to the caller, bound to the caller's
+// organization. A key never mints a broader key than itself: the new key's
+// scopes and models must lie within the caller's, and a read-only caller
+// mints nothing.
+func (a *API) createKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+	p := c.User
+	if p.ReadOnly {
+		return codec.ErrKeyReadOnly
+	}
+	var req createKeyRequest
+	if body := ctx.PostBody(); len(body) > 0 {
+		if err := sonic.Unmarshal(body, &req); err != nil {
+			return codec.ErrMalformedJSON
+		}
+	}
+	scopes, err := hotpath.ParseScopes(req.Scopes)
+	if err != nil {
+		return codec.NewError(codec.CodeInvalidRequest, "allowed_scopes: "+err.Error())
+	}
+	if p.Scopes != 0 && (scopes == 0 || scopes&^p.Scopes != 0) {
+		return codec.NewError(codec.CodeKeyScopeForbidden, "A key cannot mint a key with scopes it does not hold itself.")
+	}
+	for _, m := range req.Models {
+		if !hotpath.IsTierName(m) {
+			return codec.NewError(codec.CodeInvalidRequest, "models: "+strconv.Quote(m)+" is not a tier (kavi, vaani, mira)")
+		}
+		if !p.AllowsModel(m) {
+			return codec.NewError(codec.CodeModelNotAllowed, "A key cannot mint a key for tiers it may not use itself.")
+		}
+	}
+	models := req.Models
+	if len(models) == 0 && len(p.Models) > 0 {
+		models = p.Models
+	}
+	nk := storage.NewKey{UserID: p.UserID, OrgID: p.OrgID, Kind: hotpath.KindDeveloper, Scopes: scopes,
+		Models: models, ReadOnly: req.ReadOnly, WorkspaceID: p.WorkspaceID}
+	if req.SpendCapUSD != nil {
+		micros, err := hotpath.ParseMicroUSD(*req.SpendCapUSD)
+		if err != nil {
+			return codec.NewError(codec.CodeInvalidRequest, "spend_cap_usd: "+err.Error())
+		}
+		nk.SpendCapMicros = &micros
+	}
+	issued, err := a.DB.CreateKey(ctx, nk)
+	if err != nil {
+		return storageError(err, errKeyNotFound)
+	}
+	return writeJSON(ctx, fasthttp.StatusCreated, issued)
+}
+
+// revokeKey revokes one of the caller's developer or headless keys in the
+// caller's organization. The key is dropped from this process's cache before
+// the answer goes out, so the very next request with it is refused here; the
+// other processes hear of it through PostgreSQL.
+func (a *API) revokeKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+	if c.User.ReadOnly {
+		return codec.ErrKeyReadOnly
+	}
+	id, _ := ctx.UserValue("id").(string)
+	h, err := a.DB.RevokeOwnKey(ctx, id, c.User.UserID, c.User.OrgID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return errKeyNotFound
+	}
+	if err != nil {
+		return err
+	}
+	a.Keys.Invalidate(h)
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+	return nil
+}

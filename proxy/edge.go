@@ -1,0 +1,266 @@
+// Package proxy is the gateway's data plane and its HTTP edge: the rules
+// every route shares (request ids, version pins, authentication, scopes,
+// error envelopes, panic recovery, metrics), the model catalogue, and the
+// chat and specialised routes.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/bytebufferpool"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
+)
+
+// Handler serves one route after the edge has identified the request. It
+// writes its own success response and returns a *codec.Error (or any error,
+// answered as internal_error) for the edge to write in the route's envelope.
+type Handler func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error
+
+// Header names the edge reads and writes.
+const (
+	HeaderRequestID       = "X-Request-Id"
+	HeaderVersion         = "Gateway-Version"
+	HeaderAuthorization   = "Authorization"
+	headerWWWAuthenticate = "WWW-Authenticate"
+	headerRetryAfter      = "Retry-After"
+)
+
+// Edge applies the cross-cutting rules to every route.
+type Edge struct {
+	verifier  *hotpath.Verifier
+	log       *slog.Logger
+	set       *metrics.Set
+	accessLog bool
+	errors    []*metrics.Counter // by codec.Code
+	panics    *metrics.Counter
+}
+
+// EdgeConfig configures an Edge.
+type EdgeConfig struct {
+	// Verifier checks keys and service tokens. Required.
+	Verifier *hotpath.Verifier
+	// Log receives error lines (and access lines with AccessLog). Required.
+	Log *slog.Logger
+	// Metrics is where the edge registers its metrics. Required.
+	Metrics *metrics.Set
+	// AccessLog writes one line per request: id, method, route, status,
+	// duration and key id; never a path's query, a body or a key.
+	AccessLog bool
+}
+
+// NewEdge returns an edge and registers its metrics.
+func NewEdge(cfg EdgeConfig) *Edge {
+	e := &Edge{verifier: cfg.Verifier, log: cfg.Log, set: cfg.Metrics, accessLog: cfg.AccessLog}
+	for c := codec.Code(0); c == 0 || c.Valid(); c++ {
+		if c == 0 {
+			e.errors = append(e.errors, nil)
+			continue
+		}
+		e.errors = append(e.errors, e.set.NewCounter(fmt.Sprintf(`gateway_errors_total{code=%q}`, c.String())))
+	}
+	e.panics = e.set.NewCounter("gateway_panics_total")
+	return e
+}
+
+type routeMetrics struct {
+	byClass  [6]*metrics.Counter // 1xx..5xx by status/100
+	duration *metrics.Histogram
+}
+
+func (e *Edge) newRouteMetrics(name string) *routeMetrics {
+	m := &routeMetrics{}
+	for i := 1; i <= 5; i++ {
+		m.byClass[i] = e.set.GetOrCreateCounter(fmt.Sprintf(`gateway_requests_total{route=%q,status="%dxx"}`, name, i))
+	}
+	m.duration = e.set.GetOrCreateHistogram(fmt.Sprintf(`gateway_request_duration_seconds{route=%q}`, name))
+	return m
+}
+
+// Wrap returns the fasthttp handler for one route. Metrics are registered
+// here, once, never looked up per request.
+func (e *Edge) Wrap(a hotpath.Access, wire Wire, h Handler) fasthttp.RequestHandler {
+	m := e.newRouteMetrics(a.Name)
+	return func(ctx *fasthttp.RequestCtx) {
+		c := hotpath.AcquireCall()
+		c.Start = time.Now()
+		c.SetID(ctx.Request.Header.Peek(HeaderRequestID))
+		ctx.Response.Header.SetBytesV(HeaderRequestID, c.ID())
+		if err := e.serve(ctx, c, a, h); err != nil {
+			e.writeError(ctx, c, wire, err)
+		}
+		status := ctx.Response.StatusCode()
+		if cls := status / 100; cls >= 1 && cls <= 5 {
+			m.byClass[cls].Inc()
+		}
+		m.duration.UpdateDuration(c.Start)
+		if e.accessLog {
+			e.logAccess(ctx, c, a, status)
+		}
+		hotpath.ReleaseCall(c)
+	}
+}
+
+func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, h Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.panics.Inc()
+			e.log.Error("handler panicked", "request_id", c.IDString(), "route", a.Name,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = codec.ErrInternal
+		}
+	}()
+	if cerr := pinVersion(ctx, c); cerr != nil {
+		return cerr
+	}
+	switch a.Auth {
+	case hotpath.AuthUser:
+		p, cerr := e.verifier.VerifyUser(ctx, ctx.Request.Header.Peek(HeaderAuthorization))
+		if cerr != nil {
+			return cerr
+		}
+		if !p.Scopes.Has(a.Family) {
+			return scopeForbidden(a.Family)
+		}
+		c.User = p
+	case hotpath.AuthService:
+		s, cerr := e.verifier.VerifyService(ctx, ctx.Request.Header.Peek(HeaderAuthorization))
+		if cerr != nil {
+			return cerr
+		}
+		if !s.Scopes.Has(a.Family) {
+			return scopeForbidden(a.Family)
+		}
+		c.Service = s
+	}
+	return h(ctx, c)
+}
+
+var scopeErrors = func() (out [32]*codec.Error) {
+	for f := hotpath.FamilyChat; f.String() != "unknown"; f++ {
+		out[f] = &codec.Error{Code: codec.CodeKeyScopeForbidden,
+			Message: "This key's allowed scopes do not include " + f.String() + ".",
+			Detail:  codec.Detail{RequiredScope: f.String()}}
+	}
+	return out
+}()
+
+// scopeForbidden is the preallocated 403 naming the family a key lacks.
+func scopeForbidden(f hotpath.Family) *codec.Error { return scopeErrors[f] }
+
+// ScopeForbidden is exported for handlers whose request fields ask for a
+// family (memory, rules, files) beyond the route's own.
+func ScopeForbidden(f hotpath.Family) *codec.Error { return scopeErrors[f] }
+
+// pinVersion reads Gateway-Version and echoes the version that serves the
+// request. A request without a pin is served as the current version.
+func pinVersion(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
+	c.Version = codec.CurrentVersion
+	var buf [10]byte
+	defer func() { ctx.Response.Header.SetBytesV(HeaderVersion, c.Version.AppendTo(buf[:0])) }()
+	pin := ctx.Request.Header.Peek(HeaderVersion)
+	if len(pin) == 0 {
+		return nil
+	}
+	v, ok := codec.ParseVersion(bytes.TrimSpace(pin))
+	if !ok {
+		return codec.ErrBadVersion
+	}
+	if v > codec.CurrentVersion {
+		return codec.ErrUnknownVersion
+	}
+	c.Version, c.Pinned = v, true
+	return nil
+}
+
+// writeError answers err in the route's envelope. Errors that are not
+// *codec.Error are logged with the request id and answered internal_error.
+func (e *Edge) writeError(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire Wire, err error) {
+	var cerr *codec.Error
+	if !errors.As(err, &cerr) {
+		e.log.Error("request failed", "request_id", c.IDString(), "err", err)
+		cerr = codec.ErrInternal
+	}
+	if int(cerr.Code) < len(e.errors) && e.errors[cerr.Code] != nil {
+		e.errors[cerr.Code].Inc()
+	}
+	WriteError(ctx, wire, cerr, c.ID())
+}
+
+// WriteError writes cerr as the whole response in the wire's envelope, with
+// the headers its code calls for.
+func WriteError(ctx *fasthttp.RequestCtx, wire Wire, cerr *codec.Error, requestID []byte) {
+	status := cerr.Status()
+	ctx.Response.ResetBody()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	if status == fasthttp.StatusUnauthorized {
+		ctx.Response.Header.Set(headerWWWAuthenticate, "Bearer")
+	}
+	if cerr.Detail.RetryAfter > 0 {
+		ctx.Response.Header.SetBytesV(headerRetryAfter, appendInt(nil, cerr.Detail.RetryAfter))
+	}
+	b := bytebufferpool.Get()
+	if wire == WireOpenAI {
+		b.B = codec.AppendOpenAIError(b.B, cerr)
+	} else {
+		b.B = codec.AppendV1Error(b.B, cerr, requestID)
+	}
+	ctx.SetBody(b.B)
+	bytebufferpool.Put(b)
+}
+
+func appendInt(dst []byte, n int) []byte {
+	var tmp [20]byte
+	i := len(tmp)
+	for {
+		i--
+		tmp[i] = byte('0' + n%10)
+		if n /= 10; n == 0 {
+			break
+		}
+	}
+	return append(dst, tmp[i:]...)
+}
+
+func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, status int) {
+	keyID := ""
+	if c.User != nil {
+		keyID = c.User.KeyID
+	} else if c.Service != nil {
+		keyID = c.Service.ID
+	}
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		slog.String("request_id", c.IDString()),
+		slog.String("method", string(ctx.Method())),
+		slog.String("route", a.Name),
+		slog.Int("status", status),
+		slog.Duration("duration", time.Since(c.Start)),
+		slog.String("key_id", keyID))
+}
+
+// ParseError answers a request fasthttp could not parse (a malformed or
+// oversized header or body) in the envelope, as fasthttp.Server.ErrorHandler.
+func (e *Edge) ParseError(ctx *fasthttp.RequestCtx, err error) {
+	var id [36]byte
+	rid := hotpath.AppendRequestID(id[:0])
+	ctx.Response.Header.SetBytesV(HeaderRequestID, rid)
+	var v [10]byte
+	ctx.Response.Header.SetBytesV(HeaderVersion, codec.CurrentVersion.AppendTo(v[:0]))
+	cerr := codec.ErrInvalidRequest
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		cerr = codec.ErrPayloadTooLarge
+	}
+	e.errors[cerr.Code].Inc()
+	WriteError(ctx, wireOf(string(ctx.Path())), cerr, rid)
+	ctx.SetConnectionClose()
+}

@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/fasthttp/router"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
+)
+
+// Wire selects the error envelope a route answers in.
+type Wire uint8
+
+const (
+	// WireAPI is the gateway's own envelope: code, error, request_id, details.
+	WireAPI Wire = iota
+	// WireOpenAI is {error:{message,type,param,code}} for the /v1 routes.
+	WireOpenAI
+)
+
+// wireOf picks the envelope from the path: the OpenAI-compatible family
+// lives under /v1, everything else is the gateway's own.
+func wireOf(path string) Wire {
+	if strings.HasPrefix(path, "/v1/") {
+		return WireOpenAI
+	}
+	return WireAPI
+}
+
+// Router is the route table of both planes behind one Edge.
+type Router struct {
+	edge *Edge
+	r    *router.Router
+}
+
+// NewRouter returns an empty route table. Unknown routes and wrong methods
+// are answered in the envelope of the path's family.
+func NewRouter(edge *Edge) *Router {
+	r := router.New()
+	r.RedirectTrailingSlash = false // an API answers what was asked, never a redirect
+	r.RedirectFixedPath = false
+	r.HandleMethodNotAllowed = true
+	rt := &Router{edge: edge, r: r}
+	notFound := func(code *codec.Error) fasthttp.RequestHandler {
+		h := func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error { return code }
+		api := edge.Wrap(hotpath.Access{Name: "unmatched"}, WireAPI, h)
+		openai := edge.Wrap(hotpath.Access{Name: "unmatched"}, WireOpenAI, h)
+		return func(ctx *fasthttp.RequestCtx) {
+			if wireOf(string(ctx.Path())) == WireOpenAI {
+				openai(ctx)
+				return
+			}
+			api(ctx)
+		}
+	}
+	r.NotFound = notFound(codec.ErrNotFound)
+	r.MethodNotAllowed = notFound(codec.ErrMethodNotAllowed)
+	return rt
+}
+
+// Handle registers a route. A path under /api/v1/ is served under /api/v2/
+// too, by the same handler; use HandleOnly for a path whose /api/v2 twin is
+// a different route (chat).
+func (rt *Router) Handle(method, path string, a hotpath.Access, h func(*fasthttp.RequestCtx, *hotpath.Call) error) {
+	rt.HandleOnly(method, path, a, h)
+	if rest, ok := strings.CutPrefix(path, "/api/v1/"); ok {
+		rt.HandleOnly(method, "/api/v2/"+rest, a, h)
+	}
+}
+
+// HandleOnly registers a route at exactly one path.
+func (rt *Router) HandleOnly(method, path string, a hotpath.Access, h func(*fasthttp.RequestCtx, *hotpath.Call) error) {
+	rt.r.Handle(method, path, rt.edge.Wrap(a, wireOf(path), h))
+}
+
+// Handler returns the fasthttp handler serving the table.
+func (rt *Router) Handler() fasthttp.RequestHandler { return rt.r.Handler }
