@@ -48,3 +48,13 @@ func TestCheckTokenAllocatesNothing(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+func TestGateAllocatesNothing(t *testing.T) {
+	g := NewGate(4)
+	allocs := testing.AllocsPerRun(1000, func() {
+		if g.TryAcquire() {
+			g.Release()
+		}
+	})
+	require.Zero(t, allocs)
+}

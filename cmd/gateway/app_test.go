@@ -46,7 +46,7 @@ func testConfig(dbURL string) serveConfig {
 	return serveConfig{
 		Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DB: storage.Config{URL: dbURL}, Migrate: true,
 		LogLevel: "debug", LogFormat: "json", AccessLog: true, MaxBodySize: 1 << 20,
-		ReadTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second,
+		ReadTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second, IdempotencyTTL: time.Hour,
 	}
 }
 

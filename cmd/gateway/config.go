@@ -17,8 +17,20 @@ import (
 // in flags. Every field is optional; tiers start from the advertised
 // catalogue and the file overrides what it names.
 type fileConfig struct {
-	Tiers map[string]tierConfig `yaml:"tiers"`
+	Tiers     map[string]tierConfig     `yaml:"tiers"`
+	Providers map[string]providerConfig `yaml:"providers"`
 }
+
+// providerConfig is an OpenAI-compatible endpoint. Its API key is read
+// from the environment variable it names, never from the file.
+type providerConfig struct {
+	BaseURL   string `yaml:"base_url"`
+	APIKeyEnv string `yaml:"api_key_env"`
+	MaxConns  int    `yaml:"max_conns"`
+}
+
+// simProvider is the built-in name of the in-process simulator.
+const simProvider = "sim"
 
 type tierConfig struct {
 	Label           *string        `yaml:"label"`
@@ -38,6 +50,31 @@ type tierConfig struct {
 		Output    *usd `yaml:"output"`
 		CacheRead *usd `yaml:"cache_read"`
 	} `yaml:"prices"`
+
+	// Upstream binding: never shown to clients.
+	Provider          *string        `yaml:"provider"`
+	UpstreamModel     *string        `yaml:"upstream_model"`
+	SystemPrompt      *string        `yaml:"system_prompt"`
+	Reasons           *bool          `yaml:"reasons"`
+	StreamIdleTimeout *time.Duration `yaml:"stream_idle_timeout"`
+	Retries           *int           `yaml:"retries"`
+}
+
+// binding is where a tier's calls go.
+type binding struct {
+	Provider          string
+	UpstreamModel     string
+	SystemPrompt      string
+	Reasons           bool
+	StreamIdleTimeout time.Duration
+	Retries           int
+}
+
+// settings is everything the config file decides.
+type settings struct {
+	Tiers     []hotpath.Tier
+	Bindings  map[string]binding
+	Providers map[string]providerConfig
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -59,32 +96,83 @@ func (u *usd) UnmarshalYAML(n *yaml.Node) error {
 // loadTiers returns the tier table: the defaults, overridden by the file at
 // path when path is set. Errors name the offending field.
 func loadTiers(path string) ([]hotpath.Tier, error) {
+	s, err := loadSettings(path)
+	return s.Tiers, err
+}
+
+// loadSettings reads the config file (when path is set) over the defaults:
+// the advertised catalogue, every tier on the in-process simulator.
+func loadSettings(path string) (settings, error) {
 	tiers := hotpath.DefaultTiers()
+	st := settings{Bindings: map[string]binding{}, Providers: map[string]providerConfig{}}
+	for _, t := range tiers {
+		st.Bindings[t.Name] = binding{Provider: simProvider, UpstreamModel: "sim-" + t.Name, Reasons: t.Graded}
+	}
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
+			return st, fmt.Errorf("config: %w", err)
 		}
 		var fc fileConfig
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		dec.KnownFields(true)
 		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("config %s: %w", path, err)
+			return st, fmt.Errorf("config %s: %w", path, err)
+		}
+		for name, pc := range fc.Providers {
+			if name == simProvider {
+				return st, fmt.Errorf("config providers.%s: the name is reserved for the built-in simulator", name)
+			}
+			if pc.BaseURL == "" {
+				return st, fmt.Errorf("config providers.%s.base_url: must be set", name)
+			}
+			if pc.MaxConns < 0 {
+				return st, fmt.Errorf("config providers.%s.max_conns: must not be negative", name)
+			}
+			st.Providers[name] = pc
 		}
 		for name, tc := range fc.Tiers {
 			i := tierIndex(tiers, name)
 			if i < 0 {
-				return nil, fmt.Errorf("config tiers.%s: unknown tier (known: kavi, vaani, mira)", name)
+				return st, fmt.Errorf("config tiers.%s: unknown tier (known: kavi, vaani, mira)", name)
 			}
 			tc.apply(&tiers[i])
+			b := st.Bindings[name]
+			if err := tc.bind(&b, st.Providers); err != nil {
+				return st, fmt.Errorf("config tiers.%s.%w", name, err)
+			}
+			st.Bindings[name] = b
 		}
 	}
 	for i := range tiers {
 		if err := tiers[i].Validate(); err != nil {
-			return nil, fmt.Errorf("config tiers.%s.%w", tiers[i].Name, err)
+			return st, fmt.Errorf("config tiers.%s.%w", tiers[i].Name, err)
 		}
 	}
-	return tiers, nil
+	st.Tiers = tiers
+	return st, nil
+}
+
+func (tc tierConfig) bind(b *binding, providers map[string]providerConfig) error {
+	set(&b.Provider, tc.Provider)
+	set(&b.UpstreamModel, tc.UpstreamModel)
+	set(&b.SystemPrompt, tc.SystemPrompt)
+	set(&b.Reasons, tc.Reasons)
+	set(&b.StreamIdleTimeout, tc.StreamIdleTimeout)
+	set(&b.Retries, tc.Retries)
+	if _, ok := providers[b.Provider]; !ok && b.Provider != simProvider {
+		return fmt.Errorf("provider: %q is not defined under providers (or use %q)", b.Provider, simProvider)
+	}
+	if b.Provider != simProvider && (tc.UpstreamModel == nil || *tc.UpstreamModel == "") {
+		return errors.New("upstream_model: must be set for a real provider")
+	}
+	if b.StreamIdleTimeout < 0 {
+		return errors.New("stream_idle_timeout: must not be negative")
+	}
+	if b.Retries < 0 || b.Retries > 10 {
+		return errors.New("retries: must be between 0 and 10")
+	}
+	return nil
 }
 
 func tierIndex(tiers []hotpath.Tier, name string) int {

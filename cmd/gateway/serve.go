@@ -20,6 +20,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/control"
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/proxy"
@@ -44,6 +45,9 @@ type serveConfig struct {
 	IdleTimeout     time.Duration
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+	SimTTFT         time.Duration
+	SimITL          time.Duration
+	IdempotencyTTL  time.Duration
 
 	dbConns *int
 }
@@ -67,6 +71,9 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown, how long /api/ready answers 503 before the listener closes")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
+	fs.DurationVar(&c.SimTTFT, "sim-ttft", 0, "time to first token of the in-process simulator (tiers on provider sim)")
+	fs.DurationVar(&c.SimITL, "sim-itl", 0, "time between tokens of the in-process simulator")
+	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key replay is kept")
 	c.dbConns = dbConns
 }
 
@@ -111,6 +118,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.DrainDelay < 0 {
 		return errors.New("drain-delay: must not be negative")
+	}
+	if c.SimTTFT < 0 || c.SimITL < 0 {
+		return errors.New("sim-ttft, sim-itl: must not be negative")
+	}
+	if c.IdempotencyTTL <= 0 {
+		return errors.New("idempotency-ttl: must be positive")
 	}
 	return nil
 }
@@ -185,6 +198,7 @@ type app struct {
 	ln       net.Listener
 	admin    *http.Server
 	adminLn  net.Listener
+	sim      *sim.Server
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -192,10 +206,11 @@ type app struct {
 // startApp wires storage, hotpath, proxy and control together and starts
 // listening. It returns once the API listener accepts connections.
 func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, error) {
-	tiers, err := loadTiers(cfg.ConfigPath)
+	st, err := loadSettings(cfg.ConfigPath)
 	if err != nil {
 		return nil, err
 	}
+	tiers := st.Tiers
 	a := &app{cfg: cfg, log: log, done: make(chan struct{})}
 	if a.db, err = storage.Open(ctx, cfg.DB); err != nil {
 		return nil, err
@@ -241,6 +256,21 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	rt.Handle(fasthttp.MethodGet, "/api/v1/models", user, cat.Native)
 	user.Name = "models_openai"
 	rt.HandleOnly(fasthttp.MethodGet, "/v1/models", user, cat.OpenAI)
+	ups, err := a.buildUpstreams(st, log)
+	if err != nil {
+		a.shutdown()
+		return nil, err
+	}
+	var idem hotpath.IdempotencyStore = hotpath.NewMemoryIdempotency(cfg.IdempotencyTTL, 0)
+	if a.redis != nil {
+		idem = storage.NewRedisIdempotency(a.redis, "gw:", cfg.IdempotencyTTL, 0)
+	}
+	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set})
+	if err != nil {
+		a.shutdown()
+		return nil, err
+	}
+	chat.Register(rt)
 	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit()}
 	a.api.Register(rt)
 
@@ -315,6 +345,9 @@ func (a *app) shutdown() {
 	}
 	if a.admin != nil {
 		_ = a.admin.Close()
+	}
+	if a.sim != nil {
+		a.sim.Shutdown()
 	}
 	if a.cancel != nil {
 		a.cancel()

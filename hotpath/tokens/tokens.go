@@ -1,0 +1,205 @@
+// Package tokens counts tokens the one way the whole product counts them: the
+// o200k_base byte-pair encoding, and a fixed chat template for prompts. The
+// gateway's token count, its usage arithmetic and the upstream simulator all
+// call the same functions, so a prompt has the same count wherever it is
+// counted.
+//
+// # Chat template
+//
+// CountChat counts a prompt as if rendered by this template, where each
+// <|…|> marker is one special token:
+//
+//	<|im_start|>tools\n{tool line}\n{tool line}<|im_end|>\n      only when tools are declared
+//	<|im_start|>{role}\n{content}<|im_end|>\n                     one per message
+//	<|im_start|>assistant\n                                       the primer of the reply
+//
+// A tool line is one compact JSON object per declared tool:
+// {"name":…,"description":…,"parameters":…}, with "description" left out when
+// empty and "parameters" (the raw JSON schema, compacted) when absent. A
+// message with a Name renders its role line as "{role} {name}". An assistant
+// message's tool calls follow its content, one line per call:
+// {"name":…,"arguments":…}, where arguments is the JSON-encoded string exactly
+// as the call carries it; the content and each call are separated by "\n",
+// and an empty content adds no line. A tool result renders as a message of
+// role "tool" whose content is the result; its tool call id is not rendered.
+//
+// The markers are never encoded as text: each message adds a fixed three
+// tokens (<|im_start|>, <|im_end|> and the newline after it), and the text
+// between the markers is encoded as one run.
+//
+// The encoding ships inside the binary (no network at run time), is loaded
+// once on first use and is safe for concurrent use.
+package tokens
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	tiktoken "github.com/pkoukk/tiktoken-go"
+	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
+
+	"github.com/edgegw/gateway/codec"
+)
+
+// Encoding is the name of the byte-pair encoding every count uses.
+const Encoding = "o200k_base"
+
+// perMessage is what each rendered block adds beyond its text: the
+// <|im_start|> and <|im_end|> markers and the newline after <|im_end|>.
+const perMessage = 3
+
+// Message is what the template needs of a chat message.
+type Message struct {
+	Role, Content, Name, ToolCallID string
+	ToolCalls                       []ToolCall
+}
+
+// ToolCall is a call an assistant message made.
+type ToolCall struct {
+	ID, Name, Arguments string
+}
+
+// Tool is a declared function tool; Parameters is its raw JSON schema.
+type Tool struct {
+	Name, Description string
+	Parameters        []byte
+}
+
+var (
+	loadOnce sync.Once
+	enc      *tiktoken.Tiktoken
+	primer   int // tokens of "<|im_start|>assistant\n"
+)
+
+// encoder returns the shared encoding, loading it on first use. The BPE
+// ranks are embedded, so loading cannot fail short of a corrupt build.
+func encoder() *tiktoken.Tiktoken {
+	loadOnce.Do(func() {
+		tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
+		e, err := tiktoken.GetEncoding(Encoding)
+		if err != nil {
+			panic("tokens: cannot load " + Encoding + ": " + err.Error())
+		}
+		enc = e
+		primer = 1 + len(e.EncodeOrdinary("assistant\n"))
+	})
+	return enc
+}
+
+// Count returns the number of tokens in text. Special-token markers in text
+// are counted as the ordinary text they are.
+func Count(text string) int {
+	if text == "" {
+		return 0
+	}
+	return len(encoder().EncodeOrdinary(text))
+}
+
+// CountChat returns the prompt tokens of msgs and tools under the chat
+// template of the package comment, scaffolding and reply primer included.
+func CountChat(msgs []Message, tools []Tool) int {
+	e := encoder()
+	n := primer
+	var buf []byte
+	if len(tools) > 0 {
+		buf = appendTools(buf[:0], tools)
+		n += perMessage + len(e.EncodeOrdinary(string(buf)))
+	}
+	for i := range msgs {
+		buf = appendMessage(buf[:0], &msgs[i])
+		n += perMessage + len(e.EncodeOrdinary(string(buf)))
+	}
+	return n
+}
+
+// appendTools appends the text of the tools block: "tools" and one JSON line
+// per tool.
+func appendTools(dst []byte, tools []Tool) []byte {
+	dst = append(dst, "tools"...)
+	for i := range tools {
+		t := &tools[i]
+		dst = append(dst, `
+{"name":`...)
+		dst = codec.AppendJSONString(dst, t.Name)
+		if t.Description != "" {
+			dst = append(dst, `,"description":`...)
+			dst = codec.AppendJSONString(dst, t.Description)
+		}
+		if len(bytes.TrimSpace(t.Parameters)) > 0 {
+			dst = append(dst, `,"parameters":`...)
+			dst = appendCompact(dst, t.Parameters)
+		}
+		dst = append(dst, '}')
+	}
+	return dst
+}
+
+// appendCompact appends raw JSON without insignificant whitespace, or, when
+// raw is not valid JSON, as a JSON string.
+func appendCompact(dst, raw []byte) []byte {
+	b := bytes.NewBuffer(dst)
+	if err := json.Compact(b, raw); err != nil {
+		return codec.AppendJSONBytes(dst, raw)
+	}
+	return b.Bytes()
+}
+
+// appendMessage appends the text between a message's markers.
+func appendMessage(dst []byte, m *Message) []byte {
+	dst = append(dst, m.Role...)
+	if m.Name != "" {
+		dst = append(dst, ' ')
+		dst = append(dst, m.Name...)
+	}
+	dst = append(dst, '\n')
+	dst = append(dst, m.Content...)
+	for i := range m.ToolCalls {
+		c := &m.ToolCalls[i]
+		if i > 0 || m.Content != "" {
+			dst = append(dst, '\n')
+		}
+		dst = append(dst, `{"name":`...)
+		dst = codec.AppendJSONString(dst, c.Name)
+		dst = append(dst, `,"arguments":`...)
+		dst = codec.AppendJSONString(dst, c.Arguments)
+		dst = append(dst, '}')
+	}
+	return dst
+}
+
+// Split returns the text of each token of text, in order; the pieces joined
+// are text (invalid UTF-8 is first replaced by U+FFFD, as the encoder reads
+// it). A token that ends inside a UTF-8 sequence is joined with the
+// tokens that complete it, so every piece is valid UTF-8 when text is, and
+// len(Split(text)) is Count(text) for text whose tokens all end on character
+// boundaries (ASCII text always does).
+func Split(text string) []string {
+	if text == "" {
+		return nil
+	}
+	text = strings.ToValidUTF8(text, "\uFFFD")
+	e := encoder()
+	ids := e.EncodeOrdinary(text)
+	pieces := make([]string, 0, len(ids))
+	start, end := 0, 0
+	one := make([]int, 1)
+	for _, id := range ids {
+		one[0] = id
+		end += len(e.Decode(one))
+		if end > len(text) {
+			end = len(text)
+		}
+		if end < len(text) && !utf8.RuneStart(text[end]) {
+			continue // the next token completes this character
+		}
+		pieces = append(pieces, text[start:end])
+		start = end
+	}
+	if start < len(text) {
+		pieces = append(pieces, text[start:])
+	}
+	return pieces
+}

@@ -1,0 +1,508 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/bytedance/sonic"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/tokens"
+)
+
+// ChatConfig configures the three chat routes.
+type ChatConfig struct {
+	// Tiers is the tier table, in the order auto prefers them when sizes tie.
+	Tiers []hotpath.Tier
+	// Upstreams binds every tier by name. Required for every tier.
+	Upstreams map[string]*Upstream
+	// Idempotency stores replays for Idempotency-Key on the OpenAI route;
+	// nil turns the header off.
+	Idempotency hotpath.IdempotencyStore
+	// MaxInFlight is the ceiling on chat requests in flight across the three
+	// routes, streams included. Default 10000.
+	MaxInFlight int
+	// Log receives failures (never content). Required.
+	Log *slog.Logger
+	// Metrics is where the chat metrics are registered. Required.
+	Metrics *metrics.Set
+}
+
+// Chat serves POST /api/v1/chat, POST /api/v2/chat and
+// POST /v1/chat/completions through one pipeline: validate, authorize,
+// route, call upstream, rewrite, account.
+type Chat struct {
+	cfg   ChatConfig
+	tiers []hotpath.Tier
+	ups   []*Upstream // by tier index
+	gate  *hotpath.Gate
+	m     chatMetrics
+}
+
+type chatMetrics struct {
+	overhead, ttft, streamDuration *metrics.Histogram
+	inputTokens, outputTokens      map[string]*metrics.Counter
+	costPico                       map[string]*metrics.Counter
+	estimated                      *metrics.Counter
+	streamsBroken, clientGone      *metrics.Counter
+	retries                        *metrics.Counter
+}
+
+// NewChat checks that every tier has an upstream and registers metrics.
+func NewChat(cfg ChatConfig) (*Chat, error) {
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 10_000
+	}
+	ch := &Chat{cfg: cfg, tiers: cfg.Tiers, gate: hotpath.NewGate(cfg.MaxInFlight)}
+	for i := range cfg.Tiers {
+		up, ok := cfg.Upstreams[cfg.Tiers[i].Name]
+		if !ok {
+			return nil, fmt.Errorf("tier %s has no upstream", cfg.Tiers[i].Name)
+		}
+		up.Tier = &ch.tiers[i]
+		ch.ups = append(ch.ups, up)
+	}
+	// Load the tokenizer now, not on the first request that needs it.
+	tokens.Count("")
+	s := cfg.Metrics
+	ch.m = chatMetrics{
+		overhead:       s.NewHistogram(`gateway_chat_overhead_seconds`),
+		ttft:           s.NewHistogram(`gateway_chat_time_to_first_token_seconds`),
+		streamDuration: s.NewHistogram(`gateway_chat_stream_duration_seconds`),
+		inputTokens:    map[string]*metrics.Counter{},
+		outputTokens:   map[string]*metrics.Counter{},
+		costPico:       map[string]*metrics.Counter{},
+		estimated:      s.NewCounter(`gateway_chat_usage_estimated_total`),
+		streamsBroken:  s.NewCounter(`gateway_chat_streams_broken_total`),
+		clientGone:     s.NewCounter(`gateway_chat_client_disconnects_total`),
+		retries:        s.NewCounter(`gateway_chat_upstream_retries_total`),
+	}
+	s.NewGauge(`gateway_chat_in_flight`, func() float64 { return float64(ch.gate.InFlight()) })
+	for _, t := range cfg.Tiers {
+		ch.m.inputTokens[t.Name] = s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="input"}`, t.Name))
+		ch.m.outputTokens[t.Name] = s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="output"}`, t.Name))
+		ch.m.costPico[t.Name] = s.NewCounter(fmt.Sprintf(`gateway_chat_cost_picousd_total{tier=%q}`, t.Name))
+	}
+	return ch, nil
+}
+
+// Register adds the three chat routes. /api/v2/chat is its own wire, not a
+// mirror of /api/v1/chat.
+func (ch *Chat) Register(rt *Router) {
+	a := hotpath.Access{Auth: hotpath.AuthUser, Family: hotpath.FamilyChat}
+	a.Name = "chat_v1"
+	rt.HandleOnly(fasthttp.MethodPost, "/api/v1/chat", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+		return ch.serve(ctx, c, ChatV1)
+	})
+	a.Name = "chat_v2"
+	rt.HandleOnly(fasthttp.MethodPost, "/api/v2/chat", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+		return ch.serve(ctx, c, ChatV2)
+	})
+	a.Name = "chat_openai"
+	rt.HandleOnly(fasthttp.MethodPost, "/v1/chat/completions", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+		return ch.serve(ctx, c, ChatOpenAI)
+	})
+}
+
+// turn is one chat request's state. It outlives the fasthttp handler when
+// it streams, so everything it keeps is its own copy.
+type turn struct {
+	ch        *Chat
+	wire      ChatWire
+	req       codec.ChatRequest
+	plan      Plan
+	up        *Upstream
+	routing   codec.Routing
+	head      codec.Head
+	idBuf     [48]byte
+	requestID []byte
+	gw        []byte
+	bill      codec.Bill
+	answer    codec.Answer
+	start     time.Time
+	upstream  time.Duration
+	out       []byte
+	delivered []byte // raw content delivered so far, for local counting
+	keyID     string
+	usageSeen bool
+}
+
+var turnPool = sync.Pool{New: func() any { return new(turn) }}
+
+func acquireTurn() *turn { return turnPool.Get().(*turn) }
+
+func releaseTurn(t *turn) {
+	out, delivered, gw, rid := t.out[:0], t.delivered[:0], t.gw[:0], t.requestID[:0]
+	if cap(out) > 256<<10 {
+		out = nil
+	}
+	if cap(delivered) > 256<<10 {
+		delivered = nil
+	}
+	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid}
+	turnPool.Put(t)
+}
+
+// errConcurrency is the preallocated refusal at the in-flight ceiling.
+var errConcurrency = &codec.Error{Code: codec.CodeRateLimited,
+	Message: "Too many chat requests in flight; retry in a moment.",
+	Detail:  codec.Detail{Reason: "concurrency", RetryAfter: 1}}
+
+func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire ChatWire) error {
+	if !ch.gate.TryAcquire() {
+		return errConcurrency
+	}
+	t := acquireTurn()
+	t.ch, t.wire, t.start, t.keyID = ch, wire, c.Start, c.User.KeyID
+	t.requestID = append(t.requestID, c.ID()...)
+	streaming, err := t.prepare(ctx, c)
+	if err != nil || !streaming {
+		releaseTurn(t)
+		ch.gate.Release()
+	}
+	return err
+}
+
+// prepare runs everything up to the upstream call and either answers a
+// non-streaming request or hands a stream to the stream writer, which then
+// owns t.
+func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming bool, err error) {
+	body := ctx.PostBody()
+	if len(body) == 0 {
+		return false, errEmptyBody
+	}
+	if err := sonic.Unmarshal(body, &t.req); err != nil {
+		return false, codec.ErrMalformedJSON
+	}
+	plan, cerr := ValidateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
+	if cerr != nil {
+		return false, cerr
+	}
+	t.plan = plan
+	if cerr := t.route(c.User); cerr != nil {
+		return false, cerr
+	}
+	if cerr := t.checkContext(); cerr != nil {
+		return false, cerr
+	}
+	t.head = codec.Head{ID: t.newCompletionID(), Created: time.Now().Unix(), Model: t.up.Tier.Name}
+	t.gw = codec.AppendGW(t.gw[:0], t.requestID, &t.routing)
+
+	var claim hotpath.Claim
+	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire == ChatOpenAI && !t.req.Stream && t.ch.cfg.Idempotency != nil {
+		if len(key) > maxIdempotencyKey {
+			return false, errIdempotencyKeyTooLong
+		}
+		replay, cl, err := t.ch.cfg.Idempotency.Begin(ctx, t.keyID, string(key), sha256.Sum256(body))
+		switch {
+		case errors.Is(err, hotpath.ErrIdempotencyInProgress):
+			return false, errIdempotencyInProgress
+		case errors.Is(err, hotpath.ErrIdempotencyConflict):
+			return false, errIdempotencyConflict
+		case err != nil:
+			t.ch.cfg.Log.Warn("idempotency store unavailable; serving without replay", "request_id", string(t.requestID), "err", err)
+		case replay != nil:
+			writeReplay(ctx, replay)
+			return false, nil
+		default:
+			claim = cl
+		}
+	}
+
+	upReq := fasthttp.AcquireRequest()
+	if err := t.buildUpstreamRequest(upReq); err != nil {
+		fasthttp.ReleaseRequest(upReq)
+		abandon(ctx, claim)
+		return false, err
+	}
+	if t.req.Stream {
+		return true, t.openStream(ctx, upReq)
+	}
+	err = t.complete(ctx, upReq, claim)
+	fasthttp.ReleaseRequest(upReq)
+	return false, err
+}
+
+var (
+	errEmptyBody           = codec.NewError(codec.CodeInvalidRequest, "The request body is empty; send a JSON chat request.")
+	errIdempotencyConflict = codec.NewError(codec.CodeIdempotencyConflict,
+		"This Idempotency-Key was used with a different request body.")
+	errIdempotencyInProgress = codec.NewError(codec.CodeIdempotencyConflict,
+		"A request with this Idempotency-Key is in progress; retry once it has finished.")
+	errIdempotencyKeyTooLong = codec.NewError(codec.CodeInvalidRequest,
+		"Idempotency-Key: at most 255 bytes.")
+	errModelUnavailable  = codec.NewError(codec.CodeModelUnavailable, "The model is unavailable right now; retry shortly.")
+	errOverloaded        = codec.NewError(codec.CodeUpstreamOverloaded, "The model is overloaded right now; retry shortly.")
+	errContextOverflow   = codec.NewError(codec.CodeContextOverflow, "The input exceeds the tier's context window.")
+	errModerated         = codec.NewError(codec.CodeModerationRejected, "The input was refused by content moderation.")
+	errUpstreamMalformed = codec.NewError(codec.CodeUpstreamError, "The model sent a response the gateway could not read.")
+	errStreamStalled     = codec.NewError(codec.CodeUpstreamTimeout, "The model stopped sending before the reply was complete.")
+	errStreamBroken      = codec.NewError(codec.CodeUpstreamOverloaded, "The model's stream ended before the reply was complete.")
+)
+
+// maxIdempotencyKey bounds the Idempotency-Key header.
+const maxIdempotencyKey = 255
+
+func abandon(ctx *fasthttp.RequestCtx, claim hotpath.Claim) {
+	if claim != nil {
+		_ = claim.Abandon(context.WithoutCancel(ctx))
+	}
+}
+
+func (t *turn) newCompletionID() []byte {
+	b := append(t.idBuf[:0], "chatcmpl-"...)
+	var raw [36]byte
+	id := hotpath.AppendRequestID(raw[:0])
+	for _, c := range id {
+		if c != '-' {
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
+// upstreamRequest is the body sent upstream: the client's request with the
+// upstream model, the tier's system prompt, the clamped budget and the
+// gateway's own stream options; gateway-only fields are dropped.
+type upstreamRequest struct {
+	Model           string                `json:"model"`
+	Messages        []codec.Message       `json:"messages"`
+	Stream          bool                  `json:"stream,omitempty"`
+	StreamOptions   *codec.StreamOptions  `json:"stream_options,omitempty"`
+	Temperature     *float64              `json:"temperature,omitempty"`
+	TopP            *float64              `json:"top_p,omitempty"`
+	MaxTokens       int64                 `json:"max_tokens"`
+	ReasoningEffort string                `json:"reasoning_effort,omitempty"`
+	Tools           []codec.Tool          `json:"tools,omitempty"`
+	ToolChoice      []byte                `json:"tool_choice,omitempty"`
+	ResponseFormat  *codec.ResponseFormat `json:"response_format,omitempty"`
+}
+
+var includeUsage = &codec.StreamOptions{IncludeUsage: true}
+
+func (t *turn) buildUpstreamRequest(r *fasthttp.Request) error {
+	up := t.up
+	msgs := t.req.Messages
+	if up.cfg.SystemPrompt != "" {
+		sys := codec.Message{Role: "system", Content: strconv.AppendQuote(nil, up.cfg.SystemPrompt)}
+		msgs = append(append(make([]codec.Message, 0, len(msgs)+1), sys), msgs...)
+	}
+	for i := range msgs {
+		msgs[i].FileIDs = nil
+	}
+	ur := upstreamRequest{
+		Model: up.cfg.Model, Messages: msgs, Stream: t.req.Stream, Temperature: t.req.Temperature, TopP: t.req.TopP,
+		MaxTokens: t.plan.MaxTokens, Tools: t.req.Tools, ResponseFormat: t.req.ResponseFormat,
+	}
+	if len(t.req.ToolChoice) > 0 {
+		ur.ToolChoice = t.req.ToolChoice
+	}
+	if t.req.Stream {
+		ur.StreamOptions = includeUsage
+	}
+	if up.cfg.Reasons {
+		ur.ReasoningEffort = t.routing.Effort
+	}
+	body, err := sonic.Marshal(&ur)
+	if err != nil {
+		return fmt.Errorf("cannot encode upstream request: %w", err)
+	}
+	r.SetRequestURI(up.url)
+	r.Header.SetMethod(fasthttp.MethodPost)
+	r.Header.SetContentType("application/json")
+	if up.auth != "" {
+		r.Header.Set("Authorization", up.auth)
+	}
+	r.SetBodyRaw(body)
+	return nil
+}
+
+// attempt is the outcome of one upstream call.
+type attempt uint8
+
+const (
+	attemptOK attempt = iota
+	attemptRetry
+	attemptFinal
+)
+
+// classify decides what an upstream answer means. It consumes and never
+// shows the upstream's error body.
+func (t *turn) classify(resp *fasthttp.Response, err error) (attempt, *codec.Error, time.Duration) {
+	br := t.up.Breaker
+	if err != nil {
+		br.Failure()
+		if errors.Is(err, fasthttp.ErrTimeout) {
+			return attemptFinal, codec.ErrUpstreamTimeout, 0
+		}
+		return attemptRetry, errModelUnavailable, 0
+	}
+	status := resp.StatusCode()
+	switch {
+	case status == fasthttp.StatusOK:
+		br.Success()
+		return attemptOK, nil, 0
+	case status == fasthttp.StatusTooManyRequests:
+		wait := time.Duration(0)
+		if s, err := strconv.Atoi(string(resp.Header.Peek("Retry-After"))); err == nil && s > 0 {
+			wait = time.Duration(s) * time.Second
+		}
+		return attemptRetry, errOverloaded, wait
+	case status >= 500:
+		br.Failure()
+		return attemptRetry, errOverloaded, 0
+	case status == fasthttp.StatusBadRequest || status == fasthttp.StatusUnprocessableEntity:
+		b := resp.Body()
+		switch {
+		case bytes.Contains(b, []byte("context_length")):
+			return attemptFinal, errContextOverflow, 0
+		case bytes.Contains(b, []byte("content_filter")) || bytes.Contains(b, []byte("content_policy")):
+			return attemptFinal, errModerated, 0
+		}
+	}
+	t.ch.cfg.Log.Error("upstream refused the request", "request_id", string(t.requestID), "tier", t.up.Tier.Name, "status", status)
+	return attemptFinal, errModelUnavailable, 0
+}
+
+// call makes the upstream call with bounded retries and backoff, none of
+// them past deadline. It returns with resp holding a 200 response.
+func (t *turn) call(client *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) *codec.Error {
+	up := t.up
+	backoff := up.cfg.Backoff
+	for i := 0; ; i++ {
+		if i > 0 && !up.Breaker.Allow() {
+			return errModelUnavailable
+		}
+		began := time.Now()
+		err := client.DoDeadline(req, resp, deadline)
+		t.upstream += time.Since(began)
+		outcome, cerr, wait := t.classify(resp, err)
+		switch outcome {
+		case attemptOK:
+			return nil
+		case attemptFinal:
+			return cerr
+		}
+		if i >= up.cfg.Retries {
+			return cerr
+		}
+		wait = max(min(wait, up.cfg.MaxRetryWait), backoff+time.Duration(rand.Int64N(int64(backoff)+1)))
+		backoff *= 2
+		if time.Now().Add(wait).After(deadline) {
+			return cerr
+		}
+		t.ch.m.retries.Inc()
+		_ = resp.CloseBodyStream()
+		time.Sleep(wait)
+	}
+}
+
+// complete serves a non-streaming request: one upstream exchange (with
+// retries before anything is answered), then the wire's completion body.
+func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim hotpath.Claim) error {
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	if cerr := t.call(t.up.plain, req, resp, time.Now().Add(t.up.Tier.Deadline)); cerr != nil {
+		abandon(ctx, claim)
+		return cerr
+	}
+	var c codec.Completion
+	if err := codec.ParseCompletion(resp.Body(), &c); err != nil || c.Error != nil {
+		abandon(ctx, claim)
+		return errUpstreamMalformed
+	}
+	t.answer = codec.Answer{Content: c.Content, ToolCalls: c.ToolCalls, Finish: finishReason(c.FinishReason, c.ToolCalls != nil)}
+	if t.wire == ChatV2 && t.reasons() {
+		t.answer.Reasoning = c.Reasoning
+	}
+	t.settleBill(&c.Usage, c.HasUsage, c.Content, c.Reasoning)
+	if cerr := t.checkStructured(c.Content); cerr != nil {
+		abandon(ctx, claim) // billed, and a retry may pass: nothing is stored
+		return cerr
+	}
+	t.out = t.out[:0]
+	switch t.wire {
+	case ChatV1:
+		t.out = codec.AppendV1Completion(t.out, &t.head, &t.answer, &t.bill, t.gw)
+	case ChatV2:
+		t.out = codec.AppendV2Completion(t.out, &t.head, &t.answer, &t.bill, t.requestID, &t.routing)
+	default:
+		t.out = codec.AppendOpenAICompletion(t.out, &t.head, &t.answer, &t.bill)
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(t.out)
+	overhead := time.Since(t.start) - t.upstream
+	var ms [24]byte
+	ctx.Response.Header.SetBytesV("Gateway-Overhead-Ms", codec.AppendDecimal(ms[:0], overhead.Microseconds(), 3))
+	t.ch.m.overhead.Update(overhead.Seconds())
+	if claim != nil {
+		if err := claim.Complete(context.WithoutCancel(ctx), hotpath.Replay{Status: fasthttp.StatusOK, Body: append([]byte(nil), t.out...),
+			Headers: [][2]string{{"Content-Type", "application/json"}}}); err != nil {
+			t.ch.cfg.Log.Warn("cannot store idempotent replay", "request_id", string(t.requestID), "err", err)
+		}
+	}
+	return nil
+}
+
+func writeReplay(ctx *fasthttp.RequestCtx, r *hotpath.Replay) {
+	for _, h := range r.Headers {
+		ctx.Response.Header.Set(h[0], h[1])
+	}
+	ctx.Response.Header.Set("Idempotent-Replayed", "true")
+	ctx.SetStatusCode(r.Status)
+	ctx.SetBody(r.Body)
+}
+
+// finishReason maps the upstream's finish reason to the four the spec
+// allows.
+func finishReason(raw []byte, calledTools bool) string {
+	switch string(raw) {
+	case "length":
+		return "length"
+	case "content_filter":
+		return "content_filter"
+	case "tool_calls", "function_call":
+		return "tool_calls"
+	}
+	if calledTools {
+		return "tool_calls"
+	}
+	return "stop"
+}
+
+func (t *turn) checkStructured(content []byte) *codec.Error {
+	if t.plan.Schema == nil && !t.plan.JSONObject {
+		return nil
+	}
+	text, ok := unquote(content)
+	if !ok {
+		text = nil
+	}
+	if t.plan.Schema != nil {
+		return t.plan.Schema.Check(text)
+	}
+	return CheckJSONObject(text)
+}
+
+// unquote decodes a raw JSON string literal.
+func unquote(raw []byte) ([]byte, bool) {
+	if len(raw) == 0 {
+		return nil, false
+	}
+	var s string
+	if err := sonic.Unmarshal(raw, &s); err != nil {
+		return nil, false
+	}
+	return []byte(s), true
+}

@@ -1,0 +1,223 @@
+package proxy
+
+import (
+	"github.com/bytedance/sonic"
+
+	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/tokens"
+)
+
+// route binds the turn to an upstream. An explicit tier whose breaker is
+// open is refused at once; auto picks a healthy tier the key may use, by the
+// rule documented in docs/routing.md:
+//
+//   - reasoning_effort high: kavi, then vaani, then mira;
+//   - tools, or effort low or medium: vaani, then kavi, then mira;
+//   - otherwise mira, then vaani, then kavi;
+//
+// skipping tiers whose context window cannot hold the prompt's upper bound
+// and tiers the key's allowlist excludes. The tier is chosen before the
+// call and never changes after it.
+func (t *turn) route(p *hotpath.Principal) *codec.Error {
+	ch := t.ch
+	if !t.plan.Auto {
+		up := ch.upstreamFor(t.plan.Tier.Name)
+		if !up.Breaker.Allow() {
+			return errModelUnavailable
+		}
+		t.up = up
+		t.routing.Mode = "explicit"
+	} else {
+		order := [3]string{"mira", "vaani", "kavi"}
+		switch {
+		case t.plan.EffortSet && t.plan.Effort == hotpath.EffortHigh:
+			order = [3]string{"kavi", "vaani", "mira"}
+		case t.plan.HasTools || t.plan.EffortSet && t.plan.Effort != hotpath.EffortNone:
+			order = [3]string{"vaani", "kavi", "mira"}
+		}
+		bound := promptBound(&t.req)
+		for pass := 0; pass < 2 && t.up == nil; pass++ {
+			for _, name := range order {
+				up := ch.upstreamFor(name)
+				if up == nil || !p.AllowsModel(name) || bound > up.Tier.ContextWindow && countPrompt(&t.req, up) > up.Tier.ContextWindow {
+					continue
+				}
+				// First pass: only tiers known healthy; second: any the
+				// breaker lets through (a half-open probe).
+				if pass == 0 && up.Breaker.State() != hotpath.BreakerClosed || pass == 1 && !up.Breaker.Allow() {
+					continue
+				}
+				t.up = up
+				break
+			}
+		}
+		if t.up == nil {
+			return errModelUnavailable
+		}
+		t.routing.Mode = "auto"
+	}
+	tier := t.up.Tier
+	t.routing.Tier = tier.Name
+	switch {
+	case !tier.Graded:
+		t.routing.Effort = string(hotpath.EffortNone)
+	case t.plan.EffortSet:
+		t.routing.Effort = string(t.plan.Effort)
+	default:
+		t.routing.Effort = string(tier.DefaultEffort)
+	}
+	if t.plan.Auto || t.plan.MaxTokens == 0 {
+		t.plan.MaxTokens = int64(tier.MaxOutput)
+		if t.req.MaxTokens != nil && *t.req.MaxTokens < t.plan.MaxTokens {
+			t.plan.MaxTokens = *t.req.MaxTokens
+		}
+	}
+	return nil
+}
+
+func (ch *Chat) upstreamFor(name string) *Upstream {
+	for _, up := range ch.ups {
+		if up.Tier.Name == name {
+			return up
+		}
+	}
+	return nil
+}
+
+// reasons reports whether this turn produces a reasoning trace.
+func (t *turn) reasons() bool {
+	return t.up.cfg.Reasons && t.routing.Effort != string(hotpath.EffortNone)
+}
+
+// checkContext refuses a prompt over the tier's window. Every token is at
+// least one byte, so a byte bound that fits needs no tokenizer; only a
+// prompt near the window is counted exactly.
+func (t *turn) checkContext() *codec.Error {
+	window := t.up.Tier.ContextWindow
+	if promptBound(&t.req)+len(t.up.cfg.SystemPrompt)+16 <= window {
+		return nil
+	}
+	if countPrompt(&t.req, t.up) > window {
+		return errContextOverflow
+	}
+	return nil
+}
+
+// promptBound is an upper bound on the prompt's tokens under the template.
+func promptBound(r *codec.ChatRequest) int {
+	n := 16
+	for i := range r.Messages {
+		m := &r.Messages[i]
+		n += 8 + len(m.Role) + len(m.Content) + len(m.Name) + len(m.ToolCallID)
+		for _, tc := range m.ToolCalls {
+			n += 16 + len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)
+		}
+	}
+	for i := range r.Tools {
+		f := &r.Tools[i].Function
+		n += 16 + len(f.Name) + len(f.Description) + len(f.Parameters)
+	}
+	return n
+}
+
+// countPrompt counts the prompt exactly, with the tier's system prompt, as
+// the tokenizer and template the simulator reports usage with.
+func countPrompt(r *codec.ChatRequest, up *Upstream) int {
+	msgs := make([]tokens.Message, 0, len(r.Messages)+1)
+	if up.cfg.SystemPrompt != "" {
+		msgs = append(msgs, tokens.Message{Role: "system", Content: up.cfg.SystemPrompt})
+	}
+	for i := range r.Messages {
+		m := &r.Messages[i]
+		tm := tokens.Message{Role: m.Role, Content: contentText(m.Content), Name: m.Name, ToolCallID: m.ToolCallID}
+		for _, tc := range m.ToolCalls {
+			tm.ToolCalls = append(tm.ToolCalls, tokens.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		msgs = append(msgs, tm)
+	}
+	tools := make([]tokens.Tool, 0, len(r.Tools))
+	for i := range r.Tools {
+		f := &r.Tools[i].Function
+		tools = append(tools, tokens.Tool{Name: f.Name, Description: f.Description, Parameters: f.Parameters})
+	}
+	return tokens.CountChat(msgs, tools)
+}
+
+// contentText is a message's text: the string, or its text parts joined.
+func contentText(raw []byte) string {
+	if len(raw) == 0 || raw[0] == 'n' {
+		return ""
+	}
+	if raw[0] == '"' {
+		var s string
+		if sonic.Unmarshal(raw, &s) == nil {
+			return s
+		}
+		return ""
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if sonic.Unmarshal(raw, &parts) != nil {
+		return ""
+	}
+	text := ""
+	for _, p := range parts {
+		if p.Type == "text" {
+			text += p.Text
+		}
+	}
+	return text
+}
+
+// settleBill fills the bill from the upstream's usage or, when it sent
+// none, from counting the prompt and what was delivered.
+func (t *turn) settleBill(u *codec.Usage, has bool, delivered ...[]byte) {
+	tier := t.up.Tier
+	b := &t.bill
+	*b = codec.Bill{Tier: tier.Name, InputPerM: tier.Prices.InputPerM, OutputPerM: tier.Prices.OutputPerM,
+		CacheReadPerM: tier.Prices.CacheReadPerM}
+	if has {
+		b.InputTokens, b.OutputTokens, b.CacheReadTokens = u.PromptTokens, u.CompletionTokens, u.CachedTokens
+		b.PromptCacheActive = u.CachedTokens > 0
+	} else {
+		t.ch.m.estimated.Inc()
+		b.InputTokens = int64(countPrompt(&t.req, t.up))
+		for _, d := range delivered {
+			b.OutputTokens += int64(countLiterals(d))
+		}
+	}
+	b.Price()
+	t.ch.m.inputTokens[tier.Name].Add(int(b.InputTokens))
+	t.ch.m.outputTokens[tier.Name].Add(int(b.OutputTokens))
+	t.ch.m.costPico[tier.Name].Add(int(b.AmountPico))
+}
+
+// countLiterals counts the tokens of a run of concatenated JSON string
+// literals (the content fragments a stream delivered), joined.
+func countLiterals(raw []byte) int {
+	var text []byte
+	for i := 0; i < len(raw); {
+		if raw[i] != '"' {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(raw) && raw[j] != '"' {
+			if raw[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		if j >= len(raw) {
+			break
+		}
+		if s, ok := unquote(raw[i : j+1]); ok {
+			text = append(text, s...)
+		}
+		i = j + 1
+	}
+	return tokens.Count(string(text))
+}

@@ -1,0 +1,246 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgegw/gateway/codec"
+)
+
+// openStream calls the upstream (retrying only while nothing has reached
+// the client) and hands the open stream to the body writer, which owns t
+// from then on.
+func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request) error {
+	resp := fasthttp.AcquireResponse()
+	resp.StreamBody = true
+	cerr := t.call(t.up.stream, req, resp, time.Now().Add(t.up.cfg.StreamMax))
+	fasthttp.ReleaseRequest(req)
+	if cerr != nil {
+		_ = resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(resp)
+		return cerr
+	}
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer func() {
+			// The edge's recovery ended with the handler; a panic here
+			// must not take the process down, and must free everything.
+			if r := recover(); r != nil {
+				t.ch.cfg.Log.Error("stream writer panicked", "request_id", string(t.requestID), "panic", fmt.Sprint(r),
+					"stack", string(debug.Stack()))
+			}
+			_ = resp.CloseBodyStream()
+			fasthttp.ReleaseResponse(resp)
+			gate := t.ch.gate
+			releaseTurn(t)
+			gate.Release()
+		}()
+		t.pump(w, resp)
+	})
+	return nil
+}
+
+var scannerPool = sync.Pool{New: func() any { return codec.NewSSEScanner(1 << 20) }}
+
+var readBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+var doneData = []byte("[DONE]")
+
+// streamState is what the pump learns from the upstream.
+type streamState struct {
+	finish    string
+	sawTools  bool
+	usage     codec.Usage
+	hasUsage  bool
+	done      bool
+	failure   *codec.Error
+	firstSent bool
+}
+
+// pump copies the upstream stream to the client, rewriting every frame for
+// the wire, flushing per event. It returns when the stream completes, fails
+// or the client leaves; the caller closes the upstream body, which cancels
+// the upstream call when it has not finished.
+func (t *turn) pump(w *bufio.Writer, resp *fasthttp.Response) {
+	began := time.Now()
+	defer func() { t.ch.m.streamDuration.Update(time.Since(began).Seconds()) }()
+
+	t.out = t.out[:0]
+	if t.wire == ChatV2 {
+		t.out = codec.AppendV2Start(t.out, &t.head, t.requestID, &t.routing)
+	} else {
+		var gw []byte
+		if t.wire == ChatV1 {
+			gw = t.gw
+		}
+		t.out = codec.AppendChunkRole(t.out, &t.head, gw)
+	}
+	if !t.flush(w) {
+		t.settleBill(nil, false, t.delivered)
+		return
+	}
+
+	sc := scannerPool.Get().(*codec.SSEScanner)
+	sc.Reset()
+	defer scannerPool.Put(sc)
+	bufp := readBufPool.Get().(*[]byte)
+	defer readBufPool.Put(bufp)
+	buf := *bufp
+	body := resp.BodyStream()
+	var st streamState
+	var chunk codec.Chunk
+	for !st.done && st.failure == nil {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			sc.Feed(buf[:n])
+			if !t.drain(w, sc, &chunk, &st) {
+				// The client left: stop reading; closing the body cancels
+				// the upstream. Bill what was delivered.
+				t.ch.m.clientGone.Inc()
+				t.settleBill(nil, false, t.delivered)
+				return
+			}
+		}
+		if rerr != nil && !st.done && st.failure == nil {
+			var ne net.Error
+			switch {
+			case errors.Is(rerr, io.EOF) && st.finish != "":
+				// Some servers end a complete stream without [DONE].
+				st.done = true
+			case errors.As(rerr, &ne) && ne.Timeout():
+				st.failure = errStreamStalled
+			default:
+				st.failure = errStreamBroken
+			}
+		}
+	}
+	if st.failure != nil {
+		t.fail(w, st.failure)
+		return
+	}
+	if st.finish == "" {
+		st.finish = finishReason(nil, st.sawTools)
+	}
+	t.settleBill(&st.usage, st.hasUsage, t.delivered)
+	t.out = t.out[:0]
+	switch t.wire {
+	case ChatV2:
+		t.out = codec.AppendV2Finish(t.out, st.finish, &t.bill)
+	case ChatV1:
+		t.out = codec.AppendChunkFinish(t.out, &t.head, st.finish)
+		t.out = codec.AppendChunkUsage(t.out, &t.head, &t.bill, nil)
+		t.out = codec.AppendDone(t.out)
+	default:
+		t.out = codec.AppendChunkFinish(t.out, &t.head, st.finish)
+		if t.req.StreamOptions != nil && t.req.StreamOptions.IncludeUsage {
+			t.out = codec.AppendChunkUsage(t.out, &t.head, &t.bill, nil)
+		}
+		t.out = codec.AppendDone(t.out)
+	}
+	t.flush(w)
+}
+
+// drain turns every complete upstream event into client frames. It returns
+// false when the client is gone.
+func (t *turn) drain(w *bufio.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *streamState) bool {
+	for {
+		ev, ok, err := sc.Next()
+		if err != nil {
+			st.failure = errUpstreamMalformed
+			return true
+		}
+		if !ok {
+			return true
+		}
+		if bytes.Equal(ev.Data, doneData) {
+			st.done = true
+			return true
+		}
+		if err := codec.ParseChunk(ev.Data, chunk); err != nil {
+			st.failure = errUpstreamMalformed
+			return true
+		}
+		if chunk.Error != nil {
+			st.failure = errStreamBroken
+			return true
+		}
+		t.out = t.out[:0]
+		if chunk.Reasoning != nil && len(chunk.Reasoning) > 2 {
+			t.delivered = append(t.delivered, chunk.Reasoning...)
+			if t.wire == ChatV2 && t.reasons() {
+				t.out = codec.AppendV2Reasoning(t.out, chunk.Reasoning)
+			}
+		}
+		if chunk.Content != nil && len(chunk.Content) > 2 {
+			t.delivered = append(t.delivered, chunk.Content...)
+			if t.wire == ChatV2 {
+				t.out = codec.AppendV2Content(t.out, chunk.Content)
+			} else {
+				t.out = codec.AppendChunkContent(t.out, &t.head, chunk.Content)
+			}
+		}
+		if chunk.ToolCalls != nil {
+			st.sawTools = true
+			if t.wire == ChatV2 {
+				t.out = codec.AppendV2ToolCalls(t.out, chunk.ToolCalls)
+			} else {
+				t.out = codec.AppendChunkToolCalls(t.out, &t.head, chunk.ToolCalls)
+			}
+		}
+		if chunk.FinishReason != nil {
+			st.finish = finishReason(chunk.FinishReason, st.sawTools)
+		}
+		if chunk.HasUsage {
+			st.usage, st.hasUsage = chunk.Usage, true
+		}
+		if len(t.out) > 0 {
+			if !st.firstSent {
+				st.firstSent = true
+				t.ch.m.ttft.UpdateDuration(t.start)
+			}
+			if !t.flush(w) {
+				return false
+			}
+		}
+	}
+}
+
+// fail ends a stream that broke after it opened, the way each wire says:
+// /api/v1/chat just stops; the OpenAI route sends an error frame instead of
+// [DONE]; /api/v2/chat sends an error event. What was delivered is billed.
+func (t *turn) fail(w *bufio.Writer, cerr *codec.Error) {
+	t.ch.m.streamsBroken.Inc()
+	t.ch.cfg.Log.Warn("stream failed after it opened", "request_id", string(t.requestID), "tier", t.up.Tier.Name,
+		"code", cerr.Code.String())
+	t.settleBill(nil, false, t.delivered)
+	t.out = t.out[:0]
+	switch t.wire {
+	case ChatOpenAI:
+		t.out = codec.AppendChunkError(t.out, cerr)
+	case ChatV2:
+		t.out = codec.AppendV2Error(t.out, cerr, t.requestID)
+	default:
+		return
+	}
+	t.flush(w)
+}
+
+// flush writes t.out and flushes it to the client; false means the client
+// is gone.
+func (t *turn) flush(w *bufio.Writer) bool {
+	if _, err := w.Write(t.out); err != nil {
+		return false
+	}
+	return w.Flush() == nil
+}

@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgegw/gateway/hotpath"
+)
+
+// UpstreamConfig binds a tier to an OpenAI-compatible provider endpoint.
+type UpstreamConfig struct {
+	// BaseURL is the provider's API root, e.g. https://api.example.com/v1;
+	// chat goes to BaseURL + "/chat/completions". Required.
+	BaseURL string
+	// APIKey is sent as a Bearer token when set.
+	APIKey string
+	// Model is the upstream model id. It is never shown to clients.
+	Model string
+	// SystemPrompt, when set, is sent as the first system message.
+	SystemPrompt string
+	// Reasons tells whether the model produces a reasoning trace and takes
+	// reasoning_effort.
+	Reasons bool
+	// MaxConns bounds connections to the provider. Default 1024.
+	MaxConns int
+	// StreamIdle bounds the silence between two reads of a stream before it
+	// is treated as stalled. Default 60s.
+	StreamIdle time.Duration
+	// StreamMax bounds a whole stream. Default 5m.
+	StreamMax time.Duration
+	// Retries is how many times a failed attempt is retried before anything
+	// reached the client. Default 2; negative means none.
+	Retries int
+	// Backoff is the first retry's wait; it doubles per retry. Default 50ms.
+	Backoff time.Duration
+	// MaxRetryWait caps how long a provider's Retry-After is honoured
+	// before a retry. Default 2s.
+	MaxRetryWait time.Duration
+	// Dial replaces the TCP dialer (the in-process simulator uses it).
+	Dial fasthttp.DialFunc
+}
+
+// Validate checks the binding and fills in defaults.
+func (c *UpstreamConfig) Validate() error {
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("base_url: %q is not an http(s) URL", c.BaseURL)
+	}
+	if c.Model == "" {
+		return errors.New("model: must be set")
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 1024
+	}
+	if c.StreamIdle == 0 {
+		c.StreamIdle = 60 * time.Second
+	}
+	if c.StreamMax == 0 {
+		c.StreamMax = 5 * time.Minute
+	}
+	switch {
+	case c.Retries == 0:
+		c.Retries = 2
+	case c.Retries < 0:
+		c.Retries = 0
+	}
+	if c.Backoff == 0 {
+		c.Backoff = 50 * time.Millisecond
+	}
+	if c.MaxRetryWait == 0 {
+		c.MaxRetryWait = 2 * time.Second
+	}
+	if c.MaxConns < 0 || c.StreamIdle < 0 || c.StreamMax < 0 || c.Backoff < 0 || c.MaxRetryWait < 0 {
+		return errors.New("upstream limits must not be negative")
+	}
+	return nil
+}
+
+// Upstream is one tier's provider endpoint with its connection pools and
+// circuit breaker.
+type Upstream struct {
+	Tier    *hotpath.Tier
+	cfg     UpstreamConfig
+	url     string
+	auth    string
+	plain   *fasthttp.HostClient // whole responses, bounded by the tier deadline
+	stream  *fasthttp.HostClient // streamed responses, with a read-idle bound
+	Breaker *hotpath.Breaker
+}
+
+// NewUpstream returns the binding of tier to cfg.
+func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breaker) (*Upstream, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(cfg.BaseURL)
+	isTLS := u.Scheme == "https"
+	addr := u.Host
+	if u.Port() == "" {
+		if isTLS {
+			addr += ":443"
+		} else {
+			addr += ":80"
+		}
+	}
+	up := &Upstream{
+		Tier:    tier,
+		cfg:     cfg,
+		url:     strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
+		Breaker: breaker,
+	}
+	if cfg.APIKey != "" {
+		up.auth = "Bearer " + cfg.APIKey
+	}
+	dial := cfg.Dial
+	if dial == nil {
+		d := &fasthttp.TCPDialer{Concurrency: 0}
+		dial = func(a string) (net.Conn, error) { return d.DialTimeout(a, 5*time.Second) }
+	}
+	newClient := func(idle time.Duration) *fasthttp.HostClient {
+		hc := &fasthttp.HostClient{
+			Addr:                          addr,
+			IsTLS:                         isTLS,
+			MaxConns:                      cfg.MaxConns,
+			MaxIdleConnDuration:           90 * time.Second,
+			NoDefaultUserAgentHeader:      true,
+			DisableHeaderNamesNormalizing: false,
+			Dial:                          dial,
+			RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		}
+		if idle > 0 {
+			hc.Dial = func(a string) (net.Conn, error) {
+				c, err := dial(a)
+				if err != nil {
+					return nil, err
+				}
+				return &idleConn{Conn: c, idle: idle}, nil
+			}
+		}
+		return hc
+	}
+	up.plain = newClient(0)
+	up.stream = newClient(cfg.StreamIdle)
+	return up, nil
+}
+
+// Model is the upstream model id.
+func (up *Upstream) Model() string { return up.cfg.Model }
+
+// idleConn bounds each read by an idle timeout, without lifting a deadline
+// the client set for the whole exchange.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+	hard time.Time
+}
+
+func (c *idleConn) SetDeadline(t time.Time) error {
+	c.hard = t
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *idleConn) SetReadDeadline(t time.Time) error {
+	c.hard = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	d := time.Now().Add(c.idle)
+	if !c.hard.IsZero() && c.hard.Before(d) {
+		d = c.hard
+	}
+	if err := c.Conn.SetReadDeadline(d); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}

@@ -1,0 +1,94 @@
+package storage_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/idemtest"
+	"github.com/edgegw/gateway/storage"
+	"github.com/edgegw/gateway/storage/storetest"
+)
+
+func TestRedisIdempotencyContract(t *testing.T) {
+	c := storetest.Redis(t)
+	idemtest.Run(t, func(t *testing.T) hotpath.IdempotencyStore {
+		return storage.NewRedisIdempotency(c, storetest.Prefix(), idemtest.TTL, idemtest.Lease)
+	})
+}
+
+func TestRedisIdempotencyKeys(t *testing.T) {
+	c := storetest.Redis(t)
+	ctx := t.Context()
+	prefix := storetest.Prefix()
+	s := storage.NewRedisIdempotency(c, prefix, time.Hour, time.Minute)
+	const idemKey = "client-chosen-idempotency-key"
+	body := sha256.Sum256([]byte(`{"model":"mira"}`))
+
+	_, claim, err := s.Begin(ctx, "key_42", idemKey, body)
+	require.NoError(t, err)
+	require.NotNil(t, claim)
+
+	sum := sha256.Sum256([]byte(idemKey))
+	name := prefix + "idem:key_42:" + hex.EncodeToString(sum[:])
+	keys, err := c.Do(ctx, c.B().Keys().Pattern(prefix+"*").Build()).AsStrSlice()
+	require.NoError(t, err)
+	require.Equal(t, []string{name}, keys)
+
+	pttl := func() time.Duration {
+		ms, err := c.Do(ctx, c.B().Pttl().Key(name).Build()).AsInt64()
+		require.NoError(t, err)
+		return time.Duration(ms) * time.Millisecond
+	}
+	require.InDelta(t, time.Minute, pttl(), float64(5*time.Second), "a claim lives one lease")
+
+	require.NoError(t, claim.Complete(ctx, hotpath.Replay{Status: 200, Body: []byte("{}")}))
+	require.InDelta(t, time.Hour, pttl(), float64(5*time.Second), "a reply lives one TTL")
+	v, err := c.Do(ctx, c.B().Get().Key(name).Build()).ToString()
+	require.NoError(t, err)
+	require.False(t, strings.Contains(v, idemKey), "the client's key is stored only hashed")
+}
+
+// Two processes, each with its own client, share claims and replies.
+func TestRedisIdempotencyAcrossProcesses(t *testing.T) {
+	prefix := storetest.Prefix()
+	a := storage.NewRedisIdempotency(storetest.Redis(t), prefix, time.Hour, time.Minute)
+	b := storage.NewRedisIdempotency(storetest.Redis(t), prefix, time.Hour, time.Minute)
+	ctx := t.Context()
+	body := sha256.Sum256([]byte("body"))
+
+	_, claim, err := a.Begin(ctx, "scope", "k", body)
+	require.NoError(t, err)
+	require.NotNil(t, claim)
+	_, _, err = b.Begin(ctx, "scope", "k", body)
+	require.ErrorIs(t, err, hotpath.ErrIdempotencyInProgress)
+
+	want := hotpath.Replay{Status: 200, Headers: [][2]string{{"Content-Type", "application/json"}}, Body: []byte(`{"id":"1"}`)}
+	require.NoError(t, claim.Complete(ctx, want))
+	got, _, err := b.Begin(ctx, "scope", "k", body)
+	require.NoError(t, err)
+	require.Equal(t, want, *got)
+}
+
+func TestRedisIdempotencyUnreachable(t *testing.T) {
+	c := storetest.Redis(t)
+	s := storage.NewRedisIdempotency(c, storetest.Prefix(), time.Hour, time.Minute)
+	c.Close()
+	_, claim, err := s.Begin(t.Context(), "scope", "k", sha256.Sum256(nil))
+	require.Error(t, err)
+	require.NotErrorIs(t, err, hotpath.ErrIdempotencyConflict)
+	require.Nil(t, claim)
+}
+
+func TestRedisIdempotencyRefusesNonHTTPStatus(t *testing.T) {
+	s := storage.NewRedisIdempotency(storetest.Redis(t), storetest.Prefix(), time.Hour, time.Minute)
+	_, claim, err := s.Begin(t.Context(), "scope", "k", sha256.Sum256(nil))
+	require.NoError(t, err)
+	require.Error(t, claim.Complete(t.Context(), hotpath.Replay{Status: 0}))
+	require.NoError(t, claim.Abandon(t.Context()))
+}
