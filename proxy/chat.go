@@ -74,7 +74,7 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		ch.ups = append(ch.ups, up)
 	}
 	// Load the tokenizer now, not on the first request that needs it.
-	tokens.Count("")
+	tokens.Count(" ")
 	s := cfg.Metrics
 	ch.m = chatMetrics{
 		overhead:       s.NewHistogram(`gateway_chat_overhead_seconds`),

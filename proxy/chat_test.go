@@ -35,6 +35,7 @@ type chatFixture struct {
 	chat    *Chat
 	set     *metrics.Set
 	simDial func() (net.Conn, error)
+	rawDial func() (net.Conn, error) // a raw connection to the gateway
 }
 
 type fixtureOptions struct {
@@ -64,6 +65,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 		o.dial = simLn.Dial
 	}
 	f.simDial = o.dial
+	f.rawDial = nil
 	tiers := hotpath.DefaultTiers()
 	for i := range tiers {
 		tiers[i].Deadline = 3 * time.Second
@@ -106,6 +108,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	srv := &fasthttp.Server{Handler: rt.Handler()}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
+	f.rawDial = ln.Dial
 	f.client = &http.Client{Transport: &http.Transport{
 		DialContext:        func(context.Context, string, string) (net.Conn, error) { return ln.Dial() },
 		DisableCompression: true,

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"strings"
+
 	"github.com/bytedance/sonic"
 
 	"github.com/edgegw/gateway/codec"
@@ -163,13 +165,13 @@ func contentText(raw []byte) string {
 	if sonic.Unmarshal(raw, &parts) != nil {
 		return ""
 	}
-	text := ""
+	texts := make([]string, 0, len(parts))
 	for _, p := range parts {
 		if p.Type == "text" {
-			text += p.Text
+			texts = append(texts, p.Text)
 		}
 	}
-	return text
+	return strings.Join(texts, "\n")
 }
 
 // settleBill fills the bill from the upstream's usage or, when it sent

@@ -4,6 +4,7 @@
 //	gateway [serve] [flags]   serve the API (the default)
 //	gateway migrate           apply the embedded schema migrations
 //	gateway admin ...         manage organizations, users, keys, service tokens
+//	gateway sim [flags]       serve the upstream simulator
 //	gateway version           print version information
 package main
 
@@ -47,6 +48,7 @@ commands:
   serve     serve the API (the default when no command is given)
   migrate   apply the embedded schema migrations to DATABASE_URL
   admin     manage organizations, users, keys and service tokens
+  sim       serve the upstream simulator (bench/sim/README.md)
   version   print the build's commit, API version and schema version
 
 Run 'gateway <command> --help' for a command's flags.
@@ -62,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runServe(args, stdout, stderr)
 	case "migrate":
 		return runMigrate(args, stdout, stderr)
+	case "sim":
+		return runSim(args, stdout, stderr)
 	case "admin":
 		return runAdmin(args, stdout, stderr)
 	case "version":

@@ -28,10 +28,10 @@ func serveSim(ctx context.Context, args []string, _, stderr io.Writer) int {
 	var cfg sim.Config
 	fs := flag.NewFlagSet("gateway sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "127.0.0.1:8090", "address the simulator listens on")
-	fs.DurationVar(&cfg.TTFT, "ttft", 0, "time to first token of every reply (a request's [[sim:ttft_ms=N]] overrides it)")
-	fs.DurationVar(&cfg.ITL, "itl", 0, "pause between two tokens of a stream (a request's [[sim:itl_ms=N]] overrides it)")
-	fs.Uint64Var(&cfg.Seed, "seed", 0, "mixed into every request's seed: another seed, other replies")
+	addr := fs.String("sim-addr", "127.0.0.1:8090", "address the simulator listens on")
+	fs.DurationVar(&cfg.TTFT, "sim-ttft", 0, "time to first token of every reply (a request's [[sim:ttft_ms=N]] overrides it)")
+	fs.DurationVar(&cfg.ITL, "sim-itl", 0, "pause between two tokens of a stream (a request's [[sim:itl_ms=N]] overrides it)")
+	fs.Uint64Var(&cfg.Seed, "sim-seed", 0, "mixed into every request's seed: another seed, other replies")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: gateway sim [flags]\n\nServe the deterministic OpenAI-compatible upstream simulator.\n"+
 			"Every flag can also be set with the environment variable shown beside it.\n\n")
@@ -49,7 +49,7 @@ func serveSim(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return 2
 	}
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
-		fmt.Fprintf(stderr, "gateway sim: invalid configuration: addr: %v\n", err)
+		fmt.Fprintf(stderr, "gateway sim: invalid configuration: sim-addr: %v\n", err)
 		return 2
 	}
 	if err := cfg.Validate(); err != nil {

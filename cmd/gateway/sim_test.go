@@ -15,10 +15,10 @@ import (
 
 func TestSimRefusesInvalidFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"--addr", "no-port"},
-		{"--ttft", "-1s"},
-		{"--itl", "soon"},
-		{"--seed", "-3"},
+		{"--sim-addr", "no-port"},
+		{"--sim-ttft", "-1s"},
+		{"--sim-itl", "soon"},
+		{"--sim-seed", "-3"},
 		{"--nope"},
 		{"extra"},
 	} {
@@ -31,13 +31,13 @@ func TestSimRefusesInvalidFlags(t *testing.T) {
 	}
 	t.Run("through runSim", func(t *testing.T) {
 		var errOut strings.Builder
-		require.Equal(t, 2, runSim([]string{"--addr", "no-port"}, io.Discard, &errOut))
+		require.Equal(t, 2, runSim([]string{"--sim-addr", "no-port"}, io.Discard, &errOut))
 		require.Contains(t, errOut.String(), "addr")
 	})
 	t.Run("help", func(t *testing.T) {
 		var errOut strings.Builder
 		require.Equal(t, 0, serveSim(context.Background(), []string{"--help"}, io.Discard, &errOut))
-		for _, env := range []string{"GATEWAY_ADDR", "GATEWAY_TTFT", "GATEWAY_ITL", "GATEWAY_SEED"} {
+		for _, env := range []string{"GATEWAY_SIM_ADDR", "GATEWAY_SIM_TTFT", "GATEWAY_SIM_ITL", "GATEWAY_SIM_SEED"} {
 			require.Contains(t, errOut.String(), env)
 		}
 	})
@@ -49,7 +49,7 @@ func TestSimServes(t *testing.T) {
 	pr, pw := io.Pipe()
 	code := make(chan int, 1)
 	go func() {
-		code <- serveSim(ctx, []string{"--addr", "127.0.0.1:0", "--seed", "5"}, io.Discard, pw)
+		code <- serveSim(ctx, []string{"--sim-addr", "127.0.0.1:0", "--sim-seed", "5"}, io.Discard, pw)
 		pw.Close()
 	}()
 	lines := bufio.NewScanner(pr)

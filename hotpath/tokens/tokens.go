@@ -14,8 +14,9 @@
 //	<|im_start|>assistant\n                                       the primer of the reply
 //
 // A tool line is one compact JSON object per declared tool:
-// {"name":…,"description":…,"parameters":…}, with "description" left out when
-// empty and "parameters" (the raw JSON schema, compacted) when absent. A
+// {"name":…,"description":…,"parameters":…}. "description" is left out when
+// empty, "parameters" when there is no schema; the schema is written
+// compacted, or as a JSON string when it is not valid JSON. A
 // message with a Name renders its role line as "{role} {name}". An assistant
 // message's tool calls follow its content, one line per call:
 // {"name":…,"arguments":…}, where arguments is the JSON-encoded string exactly
@@ -23,12 +24,14 @@
 // and an empty content adds no line. A tool result renders as a message of
 // role "tool" whose content is the result; its tool call id is not rendered.
 //
-// The markers are never encoded as text: each message adds a fixed three
-// tokens (<|im_start|>, <|im_end|> and the newline after it), and the text
-// between the markers is encoded as one run.
+// The markers are never encoded as text: each block (a message, or the tools)
+// adds a fixed three tokens (<|im_start|>, <|im_end|> and the newline after
+// it), the primer one plus the tokens of "assistant\n", and the text between
+// the markers is encoded as one run.
 //
 // The encoding ships inside the binary (no network at run time), is loaded
-// once on first use and is safe for concurrent use.
+// once, on the first count (a few hundred milliseconds), and is safe for
+// concurrent use.
 package tokens
 
 import (
