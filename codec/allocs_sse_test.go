@@ -75,3 +75,33 @@ func TestChunkZeroAllocs(t *testing.T) {
 		})
 	}
 }
+
+func TestFrameWritersAllocateNothing(t *testing.T) {
+	h, bill := testHead(), testBill()
+	r := &Routing{Tier: "mira", Mode: "explicit", Effort: "none"}
+	gw := AppendGW(nil, []byte("req-1"), r)
+	content, tools := []byte(`" token"`), []byte(`[{"index":0,"function":{"arguments":"x"}}]`)
+	a := &Answer{Content: content, Finish: "stop"}
+	dst := make([]byte, 0, 8<<10)
+	allocs := testing.AllocsPerRun(500, func() {
+		bill.Price()
+		dst = AppendChunkRole(dst[:0], h, gw)
+		dst = AppendChunkContent(dst[:0], h, content)
+		dst = AppendChunkToolCalls(dst[:0], h, tools)
+		dst = AppendChunkFinish(dst[:0], h, "stop")
+		dst = AppendChunkUsage(dst[:0], h, bill, gw)
+		dst = AppendDone(dst[:0])
+		dst = AppendChunkError(dst[:0], ErrUpstreamTimeout)
+		dst = AppendV2Start(dst[:0], h, []byte("req-1"), r)
+		dst = AppendV2Reasoning(dst[:0], content)
+		dst = AppendV2Content(dst[:0], content)
+		dst = AppendV2ToolCalls(dst[:0], tools)
+		dst = AppendV2Finish(dst[:0], "stop", bill)
+		dst = AppendV2Error(dst[:0], ErrUpstreamTimeout, []byte("req-1"))
+		dst = AppendV1Completion(dst[:0], h, a, bill, gw)
+		dst = AppendV2Completion(dst[:0], h, a, bill, []byte("req-1"), r)
+		dst = AppendOpenAICompletion(dst[:0], h, a, bill)
+		dst = AppendGW(dst[:0], []byte("req-1"), r)
+	})
+	require.Zero(t, allocs)
+}

@@ -284,3 +284,7 @@ func (v *Verifier) Stats() VerifierStats {
 		LookupErrors: v.lookupErrors.Load(),
 	}
 }
+
+// Wait blocks until the cache has applied every buffered write, so that a
+// record just fetched is served from the cache by the next request.
+func (v *Verifier) Wait() { v.cache.Wait() }

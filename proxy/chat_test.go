@@ -36,6 +36,8 @@ type chatFixture struct {
 	set     *metrics.Set
 	simDial func() (net.Conn, error)
 	rawDial func() (net.Conn, error) // a raw connection to the gateway
+	handler fasthttp.RequestHandler
+	verify  *hotpath.Verifier
 }
 
 type fixtureOptions struct {
@@ -103,6 +105,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	t.Cleanup(v.Close)
 	rt := NewRouter(NewEdge(EdgeConfig{Verifier: v, Log: log, Metrics: f.set}))
 	f.chat.Register(rt)
+	f.handler, f.verify = rt.Handler(), v
 
 	ln := fasthttputil.NewInmemoryListener()
 	srv := &fasthttp.Server{Handler: rt.Handler()}

@@ -44,6 +44,9 @@ type UpstreamConfig struct {
 	MaxRetryWait time.Duration
 	// Dial replaces the TCP dialer (the in-process simulator uses it).
 	Dial fasthttp.DialFunc
+	// Transport replaces the whole round trip; benchmarks use it to measure
+	// the gateway without a network.
+	Transport fasthttp.RoundTripper
 }
 
 // Validate checks the binding and fills in defaults.
@@ -133,6 +136,7 @@ func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breake
 			DisableHeaderNamesNormalizing: false,
 			Dial:                          dial,
 			RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+			Transport:                     cfg.Transport,
 		}
 		if idle > 0 {
 			hc.Dial = func(a string) (net.Conn, error) {

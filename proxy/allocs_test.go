@@ -1,0 +1,31 @@
+//go:build !race
+
+package proxy
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// maxRequestAllocs is the budget for one whole non-streaming request
+// through the gateway's handler; the README's performance section reports
+// the measured figure.
+const maxRequestAllocs = 40
+
+func TestNonStreamRequestAllocationBudget(t *testing.T) {
+	f := newRequestHarness(t)
+	allocs := testing.AllocsPerRun(200, func() { f.do(t) })
+	t.Logf("allocations per non-streaming request: %.0f", allocs)
+	require.LessOrEqual(t, allocs, float64(maxRequestAllocs))
+}
+
+// A stream's allocations do not grow with its frames: a 500-frame stream
+// allocates what a 10-frame one does.
+func TestStreamAllocatesNothingPerFrame(t *testing.T) {
+	short, long := newStreamHarness(t, 10), newStreamHarness(t, 500)
+	a := testing.AllocsPerRun(50, func() { short.stream(t) })
+	b := testing.AllocsPerRun(50, func() { long.stream(t) })
+	t.Logf("allocations per streaming request: %.0f with 10 frames, %.0f with 500", a, b)
+	require.LessOrEqual(t, b-a, 1.0, "allocations per frame")
+}

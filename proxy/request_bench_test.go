@@ -1,0 +1,132 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// cannedTransport answers every upstream call with one fixed completion,
+// without a network.
+type cannedTransport struct{ body []byte }
+
+func (c cannedTransport) RoundTrip(_ *fasthttp.HostClient, _ *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
+	resp.SetStatusCode(fasthttp.StatusOK)
+	resp.Header.SetContentType("application/json")
+	resp.SetBodyRaw(c.body)
+	return false, nil
+}
+
+const cannedCompletion = `{"id":"u","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, how can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":25,"completion_tokens":10,"total_tokens":35}}`
+
+const benchBody = `{"model":"mira","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the team."},{"role":"assistant","content":"Hello, team."},{"role":"user","content":"Once more, warmly."}],"temperature":0.3,"max_tokens":256}`
+
+// requestHarness drives the whole gateway handler (edge, auth, chat) with a
+// reused RequestCtx and a canned upstream: everything the gateway does for
+// a non-streaming request, and nothing of the network's.
+type requestHarness struct {
+	handler fasthttp.RequestHandler
+	ctx     fasthttp.RequestCtx
+}
+
+func newRequestHarness(t testing.TB) *requestHarness {
+	fx := newChatFixture(t, func(o *fixtureOptions) {
+		o.upstream = func(c *UpstreamConfig) { c.Transport = cannedTransport{body: []byte(cannedCompletion)} }
+	})
+	f := &requestHarness{handler: fx.handler}
+	f.ctx.Request.Header.SetMethod(fasthttp.MethodPost)
+	f.ctx.Request.SetRequestURI("/v1/chat/completions")
+	f.ctx.Request.Header.Set("Authorization", "Bearer "+fx.key)
+	f.ctx.Request.Header.SetContentType("application/json")
+	f.ctx.Request.SetBodyString(benchBody)
+	f.do(t)
+	fx.verify.Wait() // the key is cached from here on
+	for range 50 {   // pools and sonic's codecs are warm
+		f.do(t)
+	}
+	return f
+}
+
+func (f *requestHarness) do(t testing.TB) {
+	f.ctx.Response.Reset()
+	f.handler(&f.ctx)
+	if f.ctx.Response.StatusCode() != fasthttp.StatusOK {
+		t.Fatalf("status %d: %s", f.ctx.Response.StatusCode(), f.ctx.Response.Body())
+	}
+}
+
+func BenchmarkNonStreamRequest(b *testing.B) {
+	f := newRequestHarness(b)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchBody)))
+	for b.Loop() {
+		f.do(b)
+	}
+}
+
+// streamTransport answers every upstream call with a canned SSE stream of
+// n content frames, read from memory.
+type streamTransport struct{ body []byte }
+
+func newStreamTransport(n int) streamTransport {
+	var b []byte
+	b = append(b, "data: {\"id\":\"u\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n"...)
+	for range n {
+		b = append(b, "data: {\"id\":\"u\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" word\"},\"finish_reason\":null}]}\n\n"...)
+	}
+	b = append(b, "data: {\"id\":\"u\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"...)
+	b = append(b, "data: {\"id\":\"u\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":5,\"total_tokens\":25}}\n\ndata: [DONE]\n\n"...)
+	return streamTransport{body: b}
+}
+
+func (s streamTransport) RoundTrip(_ *fasthttp.HostClient, _ *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
+	resp.SetStatusCode(fasthttp.StatusOK)
+	resp.Header.SetContentType("text/event-stream")
+	resp.SetBodyStream(bytes.NewReader(s.body), len(s.body))
+	return false, nil
+}
+
+// streamHarness drives one whole streaming request and drains the client
+// side of the response into io.Discard.
+type streamHarness struct {
+	requestHarness
+}
+
+func newStreamHarness(t testing.TB, frames int) *streamHarness {
+	fx := newChatFixture(t, func(o *fixtureOptions) {
+		o.upstream = func(c *UpstreamConfig) { c.Transport = newStreamTransport(frames) }
+	})
+	f := &streamHarness{requestHarness{handler: fx.handler}}
+	f.ctx.Request.Header.SetMethod(fasthttp.MethodPost)
+	f.ctx.Request.SetRequestURI("/api/v1/chat")
+	f.ctx.Request.Header.Set("Authorization", "Bearer "+fx.key)
+	f.ctx.Request.SetBodyString(strings.Replace(benchBody, `{"model"`, `{"stream":true,"model"`, 1))
+	f.stream(t)
+	fx.verify.Wait()
+	for range 20 {
+		f.stream(t)
+	}
+	return f
+}
+
+func (f *streamHarness) stream(t testing.TB) {
+	f.ctx.Response.Reset()
+	f.handler(&f.ctx)
+	if f.ctx.Response.StatusCode() != fasthttp.StatusOK {
+		t.Fatalf("status %d: %s", f.ctx.Response.StatusCode(), f.ctx.Response.Body())
+	}
+	if err := f.ctx.Response.BodyWriteTo(io.Discard); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func BenchmarkStreamRequest256(b *testing.B) {
+	f := newStreamHarness(b, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		f.stream(b)
+	}
+}
