@@ -343,7 +343,9 @@ func (t *turn) classify(resp *fasthttp.Response, err error) (attempt, *codec.Err
 	br := t.up.Breaker
 	if err != nil {
 		br.Failure()
-		if errors.Is(err, fasthttp.ErrTimeout) {
+		if isTimeout(err) {
+			// A deadline passed (or a stream's first byte never came):
+			// answered at once, never retried.
 			return attemptFinal, codec.ErrUpstreamTimeout, 0
 		}
 		return attemptRetry, errModelUnavailable, 0

@@ -70,7 +70,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	f.rawDial = nil
 	tiers := hotpath.DefaultTiers()
 	for i := range tiers {
-		tiers[i].Deadline = 3 * time.Second
+		tiers[i].Deadline = 1500 * time.Millisecond
 	}
 	if o.tiers != nil {
 		o.tiers(tiers)
@@ -206,6 +206,9 @@ var goldenCases = []struct {
 	{"rate_limited", `{"model":"mira","messages":[{"role":"user","content":"x [[sim:fault=rate_limited]]"}]}`},
 	{"server_error", `{"model":"mira","messages":[{"role":"user","content":"x [[sim:status=500]]"}]}`},
 	{"reset", `{"model":"mira","messages":[{"role":"user","content":"x [[sim:fault=reset]]"}]}`},
+	{"hang", `{"model":"mira","messages":[{"role":"user","content":"x [[sim:fault=hang]]"}]}`},
+	{"rate_limited_bare", `{"model":"mira","messages":[{"role":"user","content":"x [[sim:fault=rate_limited_bare]]"}]}`},
+	{"slow_first_token", `{"model":"mira","messages":[{"role":"user","content":"x [[sim:tokens=2]] [[sim:ttft_ms=5000]]"}]}`},
 	{"context_length", `{"model":"mira","messages":[{"role":"user","content":"x [[sim:fault=context_length]]"}]}`},
 	{"content_filter_refusal", `{"model":"mira","messages":[{"role":"user","content":"x [[sim:fault=content_filter]]"}]}`},
 	{"fail_first", `{"model":"mira","messages":[{"role":"user","content":"x [[sim:tokens=2]] [[sim:fail_first=1]] WIRE"}]}`},

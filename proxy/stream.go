@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -90,6 +89,9 @@ func (t *turn) pump(w *bufio.Writer, resp *fasthttp.Response) {
 		t.settleBill(nil, false, t.delivered)
 		return
 	}
+	// The gateway's own share of opening the stream: everything until the
+	// primer went out, less the time spent waiting on the upstream.
+	t.ch.m.overhead.Update((time.Since(t.start) - t.upstream).Seconds())
 
 	sc := scannerPool.Get().(*codec.SSEScanner)
 	sc.Reset()
@@ -113,12 +115,11 @@ func (t *turn) pump(w *bufio.Writer, resp *fasthttp.Response) {
 			}
 		}
 		if rerr != nil && !st.done && st.failure == nil {
-			var ne net.Error
 			switch {
 			case errors.Is(rerr, io.EOF) && st.finish != "":
 				// Some servers end a complete stream without [DONE].
 				st.done = true
-			case errors.As(rerr, &ne) && ne.Timeout():
+			case isTimeout(rerr):
 				st.failure = errStreamStalled
 			default:
 				st.failure = errStreamBroken
@@ -243,4 +244,11 @@ func (t *turn) flush(w *bufio.Writer) bool {
 		return false
 	}
 	return w.Flush() == nil
+}
+
+// isTimeout reports a deadline or idle bound that passed, whatever the
+// connection type wraps it in.
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &te) && te.Timeout()
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,14 +17,28 @@ import (
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
 // buildGateway compiles this command once per test binary.
 func buildGateway(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gateway")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Run(), "cannot build the gateway")
-	return bin
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gateway-test-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "gateway")
+		cmd := exec.Command("go", "build", "-o", builtBin, ".")
+		cmd.Stderr = os.Stderr
+		buildErr = cmd.Run()
+	})
+	require.NoError(t, buildErr, "cannot build the gateway")
+	return builtBin
 }
 
 // process is one `gateway serve` started as its own OS process.
