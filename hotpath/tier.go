@@ -52,6 +52,9 @@ type Tier struct {
 	Graded          bool // whether effort changes behaviour (a reasoning tier)
 	SupportsTools   bool
 	SupportsVision  bool
+	// SupportsStructured tells whether the upstream does constrained
+	// decoding (response_format json_object and json_schema).
+	SupportsStructured bool
 	// Deadline bounds a non-streaming attempt.
 	Deadline time.Duration
 	Prices   Prices
@@ -90,21 +93,21 @@ func DefaultTiers() []Tier {
 			Name: "kavi", Label: "Kavi", Profile: "deepest reasoning, largest output budget",
 			Created: created, OwnedBy: "gateway", ContextWindow: 262144, MaxOutput: 8192,
 			LatencyTargetMs: 2500, DefaultEffort: EffortHigh, Graded: true,
-			SupportsTools: true, SupportsVision: true, Deadline: 90 * time.Second,
+			SupportsTools: true, SupportsVision: true, SupportsStructured: true, Deadline: 90 * time.Second,
 			Prices: Prices{InputPerM: 760_000, OutputPerM: 1_520_000, CacheReadPerM: 190_000},
 		},
 		{
 			Name: "vaani", Label: "Vaani", Profile: "balanced",
 			Created: created, OwnedBy: "gateway", ContextWindow: 131072, MaxOutput: 4096,
 			LatencyTargetMs: 1200, DefaultEffort: EffortLow, Graded: true,
-			SupportsTools: true, SupportsVision: true, Deadline: 90 * time.Second,
+			SupportsTools: true, SupportsVision: true, SupportsStructured: true, Deadline: 90 * time.Second,
 			Prices: Prices{InputPerM: 650_000, OutputPerM: 1_300_000, CacheReadPerM: 162_500},
 		},
 		{
 			Name: "mira", Label: "Mira", Profile: "fastest",
 			Created: created, OwnedBy: "gateway", ContextWindow: 65536, MaxOutput: 2048,
 			LatencyTargetMs: 400, DefaultEffort: EffortNone, Graded: false,
-			SupportsTools: true, SupportsVision: false, Deadline: 45 * time.Second,
+			SupportsTools: true, SupportsVision: false, SupportsStructured: true, Deadline: 45 * time.Second,
 			Prices: Prices{InputPerM: 200_000, OutputPerM: 400_000, CacheReadPerM: 50_000},
 		},
 	}

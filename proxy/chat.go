@@ -48,6 +48,8 @@ type Chat struct {
 	ups   []*Upstream // by tier index
 	gate  *hotpath.Gate
 	m     chatMetrics
+
+	errImages *codec.Error // image_not_supported naming the tiers that read images
 }
 
 type chatMetrics struct {
@@ -72,6 +74,12 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		}
 		up.Tier = &ch.tiers[i]
 		ch.ups = append(ch.ups, up)
+	}
+	ch.errImages = &codec.Error{Code: codec.CodeImageNotSupported}
+	for _, t := range ch.tiers {
+		if t.SupportsVision {
+			ch.errImages.Detail.VisionTiers = append(ch.errImages.Detail.VisionTiers, t.Name)
+		}
 	}
 	// Load the tokenizer now, not on the first request that needs it.
 	tokens.Count(" ")
@@ -135,7 +143,6 @@ type turn struct {
 	out       []byte
 	delivered []byte // raw content delivered so far, for local counting
 	keyID     string
-	usageSeen bool
 }
 
 var turnPool = sync.Pool{New: func() any { return new(turn) }}

@@ -442,3 +442,70 @@ func TestChatRequestRefusals(t *testing.T) {
 	require.Equal(t, 404, r.status)
 	require.Contains(t, string(r.body), "file_not_found")
 }
+
+func TestTierCapabilities(t *testing.T) {
+	f := newChatFixture(t, func(o *fixtureOptions) {
+		o.tiers = func(ts []hotpath.Tier) {
+			for i := range ts {
+				if ts[i].Name == "vaani" {
+					ts[i].SupportsStructured = false
+					ts[i].SupportsTools = false
+				}
+			}
+		}
+	})
+	image := `{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}`
+	r := f.post(t, "/api/v1/chat", `{"model":"mira","messages":[`+image+`]}`)
+	require.Equal(t, 400, r.status)
+	require.Contains(t, string(r.body), `"code":"image_not_supported"`)
+	require.Contains(t, string(r.body), `"vision_tiers":["kavi","vaani"]`)
+	r = f.post(t, "/api/v1/chat", `{"model":"kavi","messages":[`+image+`]}`)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = f.post(t, "/api/v1/chat", `{"model":"auto","messages":[`+image+`]}`)
+	require.Equal(t, 200, r.status)
+	require.NotContains(t, string(r.body), `"routed_tier":"mira"`, "auto skips a tier that cannot read images")
+
+	r = f.post(t, "/api/v1/chat", `{"model":"vaani","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, 422, r.status)
+	require.Contains(t, string(r.body), "structured_output_unsupported")
+	r = f.post(t, "/api/v1/chat", `{"model":"vaani","tools":[`+weatherTool+`],"messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, 400, r.status)
+	r = f.post(t, "/api/v1/chat", `{"model":"auto","tools":[`+weatherTool+`],"messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, 200, r.status)
+	require.Contains(t, string(r.body), `"routed_tier":"kavi"`, "auto moves past the tier without tools")
+}
+
+// The upstream connection is closed as soon as the gateway sees the client
+// gone, long before the upstream would have finished.
+func TestClientDisconnectClosesUpstreamConnection(t *testing.T) {
+	var frames strings.Builder
+	frames.WriteString("data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
+	up := newFakeUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for range 1000 { // 20 s of tokens unless someone hangs up
+				_, _ = w.WriteString("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok\"}}]}\n\n")
+				if w.Flush() != nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	})
+	f := newChatFixture(t, func(o *fixtureOptions) { o.dial = up.dial })
+	body := `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x"}]}`
+	conn, err := f.rawDial()
+	require.NoError(t, err)
+	_, err = conn.Write([]byte("POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + f.key +
+		"\r\nContent-Length: " + itoa(len(body)) + "\r\n\r\n" + body))
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	for range 16 {
+		_, err := br.ReadString('\n')
+		require.NoError(t, err)
+	}
+	require.Zero(t, up.closed.Load())
+	require.NoError(t, conn.Close())
+	require.Eventually(t, func() bool { return up.closed.Load() >= 1 }, 2*time.Second, 5*time.Millisecond,
+		"the upstream connection is closed when the client leaves")
+}

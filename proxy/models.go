@@ -30,6 +30,7 @@ type catalogueEntry struct {
 	Reasoning       catalogueEffort  `json:"reasoning"`
 	SupportsTools   bool             `json:"supports_tools"`
 	SupportsVision  bool             `json:"supports_vision"`
+	Structured      bool             `json:"supports_structured_output"`
 	Pricing         cataloguePricing `json:"pricing"`
 }
 

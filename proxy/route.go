@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/bytedance/sonic"
@@ -42,7 +43,8 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 		for pass := 0; pass < 2 && t.up == nil; pass++ {
 			for _, name := range order {
 				up := ch.upstreamFor(name)
-				if up == nil || !p.AllowsModel(name) || bound > up.Tier.ContextWindow && countPrompt(&t.req, up) > up.Tier.ContextWindow {
+				if up == nil || !p.AllowsModel(name) || t.capability(up.Tier) != nil ||
+					bound > up.Tier.ContextWindow && countPrompt(&t.req, up) > up.Tier.ContextWindow {
 					continue
 				}
 				// First pass: only tiers known healthy; second: any the
@@ -60,6 +62,9 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 		t.routing.Mode = "auto"
 	}
 	tier := t.up.Tier
+	if cerr := t.capability(tier); cerr != nil {
+		return cerr
+	}
 	t.routing.Tier = tier.Name
 	switch {
 	case !tier.Graded:
@@ -76,6 +81,30 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 		}
 	}
 	return nil
+}
+
+// capability refuses a request the tier cannot serve: images on a tier
+// that does not read them, tools on one without tool calling, and
+// structured output on one without constrained decoding.
+func (t *turn) capability(tier *hotpath.Tier) *codec.Error {
+	if !tier.SupportsVision && hasImages(&t.req) {
+		return t.ch.errImages
+	}
+	if t.plan.HasTools && !tier.SupportsTools {
+		return codec.NewError(codec.CodeInvalidRequest, "tools: the "+tier.Name+" tier does not call tools.")
+	}
+	return CheckStructuredSupport(tier, tier.SupportsStructured, t.plan)
+}
+
+// hasImages reports an image part in any message's content.
+func hasImages(r *codec.ChatRequest) bool {
+	for i := range r.Messages {
+		c := r.Messages[i].Content
+		if len(c) > 0 && c[0] == '[' && bytes.Contains(c, []byte(`"image_url"`)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (ch *Chat) upstreamFor(name string) *Upstream {

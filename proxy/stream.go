@@ -177,13 +177,13 @@ func (t *turn) drain(w *bufio.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, 
 			return true
 		}
 		t.out = t.out[:0]
-		if chunk.Reasoning != nil && len(chunk.Reasoning) > 2 {
+		if len(chunk.Reasoning) > 2 {
 			t.delivered = append(t.delivered, chunk.Reasoning...)
 			if t.wire == ChatV2 && t.reasons() {
 				t.out = codec.AppendV2Reasoning(t.out, chunk.Reasoning)
 			}
 		}
-		if chunk.Content != nil && len(chunk.Content) > 2 {
+		if len(chunk.Content) > 2 {
 			t.delivered = append(t.delivered, chunk.Content...)
 			if t.wire == ChatV2 {
 				t.out = codec.AppendV2Content(t.out, chunk.Content)

@@ -41,6 +41,7 @@ type tierConfig struct {
 	Deadline        *time.Duration `yaml:"deadline"`
 	SupportsTools   *bool          `yaml:"supports_tools"`
 	SupportsVision  *bool          `yaml:"supports_vision"`
+	Structured      *bool          `yaml:"structured_output"`
 	Reasoning       *struct {
 		DefaultEffort *string `yaml:"default_effort"`
 		Graded        *bool   `yaml:"graded"`
@@ -193,6 +194,7 @@ func (tc tierConfig) apply(t *hotpath.Tier) {
 	set(&t.Deadline, tc.Deadline)
 	set(&t.SupportsTools, tc.SupportsTools)
 	set(&t.SupportsVision, tc.SupportsVision)
+	set(&t.SupportsStructured, tc.Structured)
 	if r := tc.Reasoning; r != nil {
 		if r.DefaultEffort != nil {
 			t.DefaultEffort = hotpath.Effort(*r.DefaultEffort)
