@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/bytedance/sonic"
 	"github.com/valyala/fasthttp"
@@ -55,6 +56,16 @@ func (a *API) Register(r Registrar) {
 // Drain makes /api/ready answer 503 so load balancers stop sending traffic
 // before the listener closes.
 func (a *API) Drain() { a.draining.Store(true) }
+
+// queryTimeout bounds one request's database work.
+const queryTimeout = 5 * time.Second
+
+// queryContext is the context a handler's queries run under. It is not
+// derived from the fasthttp RequestCtx: that one is recycled after the
+// handler returns and is not safe as a parent once the server shuts down.
+func queryContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), queryTimeout)
+}
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) error {
 	body, err := sonic.Marshal(v)

@@ -28,7 +28,7 @@ type readiness struct {
 // this binary's, and 503 while draining.
 func (a *API) ready(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error {
 	r := readiness{Status: "ready", Database: "ok", BinarySchemaVersion: storage.BinaryVersion()}
-	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	qctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	v, err := a.DB.SchemaVersion(qctx)
 	switch {

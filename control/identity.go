@@ -47,7 +47,9 @@ func (a *API) serviceTokenSelf(ctx *fasthttp.RequestCtx, c *hotpath.Call) error 
 var errKeyNotFound = codec.NewError(codec.CodeNotFound, "No such key.")
 
 func (a *API) listKeys(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
-	keys, err := a.DB.ListKeys(ctx, c.User.UserID, c.User.OrgID)
+	qctx, cancel := queryContext()
+	defer cancel()
+	keys, err := a.DB.ListKeys(qctx, c.User.UserID, c.User.OrgID)
 	if err != nil {
 		return storageError(err, errKeyNotFound)
 	}
@@ -104,7 +106,9 @@ func (a *API) createKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		}
 		nk.SpendCapMicros = &micros
 	}
-	issued, err := a.DB.CreateKey(ctx, nk)
+	qctx, cancel := queryContext()
+	defer cancel()
+	issued, err := a.DB.CreateKey(qctx, nk)
 	if err != nil {
 		return storageError(err, errKeyNotFound)
 	}
@@ -120,7 +124,9 @@ func (a *API) revokeKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return codec.ErrKeyReadOnly
 	}
 	id, _ := ctx.UserValue("id").(string)
-	h, err := a.DB.RevokeOwnKey(ctx, id, c.User.UserID, c.User.OrgID)
+	qctx, cancel := queryContext()
+	defer cancel()
+	h, err := a.DB.RevokeOwnKey(qctx, id, c.User.UserID, c.User.OrgID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return errKeyNotFound
 	}

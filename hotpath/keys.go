@@ -120,12 +120,12 @@ func cacheKey(h TokenHash) uint64 { return binary.LittleEndian.Uint64(h[:8]) }
 // principal. Missing, malformed, unknown, expired and revoked keys, and
 // service tokens, all get codec.ErrUnauthorized; a suspended owner gets
 // codec.ErrAccountSuspended.
-func (v *Verifier) VerifyUser(ctx context.Context, authorization []byte) (*Principal, *codec.Error) {
+func (v *Verifier) VerifyUser(authorization []byte) (*Principal, *codec.Error) {
 	token, ok := codec.ParseBearer(authorization)
 	if !ok || CheckToken(token) != TokenUser {
 		return nil, codec.ErrUnauthorized
 	}
-	e, cerr := v.entry(ctx, HashToken(token), TokenUser)
+	e, cerr := v.entry(HashToken(token), TokenUser)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -141,12 +141,12 @@ func (v *Verifier) VerifyUser(ctx context.Context, authorization []byte) (*Princ
 
 // VerifyService checks an Authorization header value and returns the service
 // token. Anything else, user keys included, is codec.ErrUnauthorized.
-func (v *Verifier) VerifyService(ctx context.Context, authorization []byte) (*ServiceToken, *codec.Error) {
+func (v *Verifier) VerifyService(authorization []byte) (*ServiceToken, *codec.Error) {
 	token, ok := codec.ParseBearer(authorization)
 	if !ok || CheckToken(token) != TokenService {
 		return nil, codec.ErrUnauthorized
 	}
-	e, cerr := v.entry(ctx, HashToken(token), TokenService)
+	e, cerr := v.entry(HashToken(token), TokenService)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -157,7 +157,7 @@ func (v *Verifier) VerifyService(ctx context.Context, authorization []byte) (*Se
 	return s, nil
 }
 
-func (v *Verifier) entry(ctx context.Context, h TokenHash, kind TokenKind) (*keyEntry, *codec.Error) {
+func (v *Verifier) entry(h TokenHash, kind TokenKind) (*keyEntry, *codec.Error) {
 	cached, ok := v.cache.Get(cacheKey(h))
 	if ok && (cached.hash != h || cached.dead.Load()) {
 		cached, ok = nil, false
@@ -167,7 +167,7 @@ func (v *Verifier) entry(ctx context.Context, h TokenHash, kind TokenKind) (*key
 		return cached, nil
 	}
 	v.misses.Add(1)
-	e, err := v.fetch(ctx, h, kind)
+	e, err := v.fetch(h, kind)
 	switch {
 	case err == nil:
 		return e, nil
@@ -184,10 +184,14 @@ func (v *Verifier) entry(ctx context.Context, h TokenHash, kind TokenKind) (*key
 	}
 }
 
-func (v *Verifier) fetch(ctx context.Context, h TokenHash, kind TokenKind) (*keyEntry, error) {
+// fetch asks the KeySource under its own timeout. It takes no caller
+// context on purpose: the callers' fasthttp RequestCtx is recycled after the
+// handler and must not parent a context, and a coalesced lookup serves
+// several callers at once.
+func (v *Verifier) fetch(h TokenHash, kind TokenKind) (*keyEntry, error) {
 	res, err, _ := v.group.Do(string(h[:]), func() (any, error) {
 		start := v.mono()
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.cfg.LookupTimeout)
+		lctx, cancel := context.WithTimeout(context.Background(), v.cfg.LookupTimeout)
 		defer cancel()
 		e := &keyEntry{hash: h, fetchedAt: start}
 		var err error

@@ -99,7 +99,6 @@ func settle(v *Verifier) { v.cache.Wait() }
 func TestVerifyUserAnswers(t *testing.T) {
 	src := newMemSource()
 	v := newTestVerifier(t, src)
-	ctx := context.Background()
 	good := addUser(src, Principal{KeyID: "k1"})
 	revoked := addUser(src, Principal{KeyID: "k2", Revoked: true})
 	expired := addUser(src, Principal{KeyID: "k3", ExpiresAt: time.Now().Add(-time.Second).Unix()})
@@ -108,7 +107,7 @@ func TestVerifyUserAnswers(t *testing.T) {
 	svc, svcHash := GenerateToken(TokenService)
 	src.svcs[svcHash] = ServiceToken{ID: "s1"}
 
-	p, cerr := v.VerifyUser(ctx, bearer(good))
+	p, cerr := v.VerifyUser(bearer(good))
 	require.Nil(t, cerr)
 	require.Equal(t, "k1", p.KeyID)
 
@@ -124,17 +123,17 @@ func TestVerifyUserAnswers(t *testing.T) {
 	}
 	for name, h := range refused {
 		t.Run(name, func(t *testing.T) {
-			_, cerr := v.VerifyUser(ctx, h)
+			_, cerr := v.VerifyUser(h)
 			require.Same(t, codec.ErrUnauthorized, cerr)
 		})
 	}
-	_, cerr = v.VerifyUser(ctx, bearer(suspended))
+	_, cerr = v.VerifyUser(bearer(suspended))
 	require.Same(t, codec.ErrAccountSuspended, cerr)
 
-	s, cerr := v.VerifyService(ctx, bearer(svc))
+	s, cerr := v.VerifyService(bearer(svc))
 	require.Nil(t, cerr)
 	require.Equal(t, "s1", s.ID)
-	_, cerr = v.VerifyService(ctx, bearer(good))
+	_, cerr = v.VerifyService(bearer(good))
 	require.Same(t, codec.ErrUnauthorized, cerr, "a user key on a service route")
 }
 
@@ -142,7 +141,7 @@ func TestMalformedTokensNeverReachTheSource(t *testing.T) {
 	src := newMemSource()
 	v := newTestVerifier(t, src)
 	for _, h := range []string{"Bearer gw_live_x", "Bearer " + UserPrefix + "0000000000000000000000000000000000000000000000000"} {
-		_, cerr := v.VerifyUser(context.Background(), []byte(h))
+		_, cerr := v.VerifyUser([]byte(h))
 		require.Same(t, codec.ErrUnauthorized, cerr)
 	}
 	require.Zero(t, src.lookups.Load())
@@ -151,66 +150,63 @@ func TestMalformedTokensNeverReachTheSource(t *testing.T) {
 func TestCacheServesHitsAndInvalidateDrops(t *testing.T) {
 	src := newMemSource()
 	v := newTestVerifier(t, src)
-	ctx := context.Background()
 	tok := addUser(src, Principal{KeyID: "k1"})
 	h := HashToken([]byte(tok))
 
-	_, cerr := v.VerifyUser(ctx, bearer(tok))
+	_, cerr := v.VerifyUser(bearer(tok))
 	require.Nil(t, cerr)
 	settle(v)
 	for range 10 {
-		_, cerr = v.VerifyUser(ctx, bearer(tok))
+		_, cerr = v.VerifyUser(bearer(tok))
 		require.Nil(t, cerr)
 	}
 	require.Equal(t, int64(1), src.lookups.Load(), "hits are served from the cache")
 
 	src.update(h, func(p *Principal) { p.Revoked = true })
-	_, cerr = v.VerifyUser(ctx, bearer(tok))
+	_, cerr = v.VerifyUser(bearer(tok))
 	require.Nil(t, cerr, "without an invalidation the cache still answers")
 	v.Invalidate(h)
-	_, cerr = v.VerifyUser(ctx, bearer(tok))
+	_, cerr = v.VerifyUser(bearer(tok))
 	require.Same(t, codec.ErrUnauthorized, cerr, "refused on the very next request after Invalidate")
 }
 
 func TestResetRefetchesEverything(t *testing.T) {
 	src := newMemSource()
 	v := newTestVerifier(t, src)
-	ctx := context.Background()
 	tok := addUser(src, Principal{KeyID: "k1"})
-	_, cerr := v.VerifyUser(ctx, bearer(tok))
+	_, cerr := v.VerifyUser(bearer(tok))
 	require.Nil(t, cerr)
 	settle(v)
 	src.update(HashToken([]byte(tok)), func(p *Principal) { p.Suspended = true })
 	v.Reset()
-	_, cerr = v.VerifyUser(ctx, bearer(tok))
+	_, cerr = v.VerifyUser(bearer(tok))
 	require.Same(t, codec.ErrAccountSuspended, cerr)
 }
 
 func TestNotLiveBypassesCacheButServesStaleWhenSourceIsDown(t *testing.T) {
 	src := newMemSource()
 	v := newTestVerifier(t, src)
-	ctx := context.Background()
 	tok := addUser(src, Principal{KeyID: "k1"})
-	_, cerr := v.VerifyUser(ctx, bearer(tok))
+	_, cerr := v.VerifyUser(bearer(tok))
 	require.Nil(t, cerr)
 	settle(v)
 
 	v.SetLive(false)
 	before := src.lookups.Load()
-	_, cerr = v.VerifyUser(ctx, bearer(tok))
+	_, cerr = v.VerifyUser(bearer(tok))
 	require.Nil(t, cerr)
 	require.Equal(t, before+1, src.lookups.Load(), "not live: every request asks the source")
 
 	src.mu.Lock()
 	src.down = true
 	src.mu.Unlock()
-	p, cerr := v.VerifyUser(ctx, bearer(tok))
+	p, cerr := v.VerifyUser(bearer(tok))
 	require.Nil(t, cerr, "a known key keeps working while the source is down")
 	require.Equal(t, "k1", p.KeyID)
 	require.Equal(t, uint64(1), v.Stats().StaleServed)
 
 	fresh := addUser(src, Principal{KeyID: "k2"})
-	_, cerr = v.VerifyUser(ctx, bearer(fresh))
+	_, cerr = v.VerifyUser(bearer(fresh))
 	require.Equal(t, codec.CodeServiceUnavailable, cerr.Code, "an unknown key cannot be verified while the source is down")
 }
 
@@ -219,7 +215,6 @@ func TestNotLiveBypassesCacheButServesStaleWhenSourceIsDown(t *testing.T) {
 func TestInvalidationDuringLookupIsNotUndone(t *testing.T) {
 	src := newMemSource()
 	v := newTestVerifier(t, src)
-	ctx := context.Background()
 	tok := addUser(src, Principal{KeyID: "k1"})
 	h := HashToken([]byte(tok))
 
@@ -228,7 +223,7 @@ func TestInvalidationDuringLookupIsNotUndone(t *testing.T) {
 	src.mu.Unlock()
 	done := make(chan *codec.Error)
 	go func() {
-		_, cerr := v.VerifyUser(ctx, bearer(tok))
+		_, cerr := v.VerifyUser(bearer(tok))
 		done <- cerr
 	}()
 	for src.lookups.Load() == 0 {
@@ -243,7 +238,7 @@ func TestInvalidationDuringLookupIsNotUndone(t *testing.T) {
 	src.gate = nil
 	src.mu.Unlock()
 	settle(v)
-	_, cerr := v.VerifyUser(ctx, bearer(tok))
+	_, cerr := v.VerifyUser(bearer(tok))
 	require.Same(t, codec.ErrUnauthorized, cerr)
 }
 
@@ -257,7 +252,7 @@ func TestConcurrentMissesCoalesce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, cerr := v.VerifyUser(context.Background(), bearer(tok))
+			_, cerr := v.VerifyUser(bearer(tok))
 			require.Nil(t, cerr)
 		}()
 	}
@@ -277,13 +272,13 @@ func BenchmarkVerifyUserHit(b *testing.B) {
 	v.SetLive(true)
 	tok := addUser(src, Principal{KeyID: "k1"})
 	h := bearer(tok)
-	_, _ = v.VerifyUser(context.Background(), h)
+	_, _ = v.VerifyUser(h)
 	settle(v)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, cerr := v.VerifyUser(context.Background(), h); cerr != nil {
+			if _, cerr := v.VerifyUser(h); cerr != nil {
 				b.Fatal(cerr)
 			}
 		}

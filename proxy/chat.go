@@ -211,7 +211,9 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		if len(key) > maxIdempotencyKey {
 			return false, errIdempotencyKeyTooLong
 		}
-		replay, cl, err := t.ch.cfg.Idempotency.Begin(ctx, t.keyID, string(key), sha256.Sum256(body))
+		ictx, cancel := context.WithTimeout(context.Background(), idempotencyTimeout)
+		replay, cl, err := t.ch.cfg.Idempotency.Begin(ictx, t.keyID, string(key), sha256.Sum256(body))
+		cancel()
 		switch {
 		case errors.Is(err, hotpath.ErrIdempotencyInProgress):
 			return false, errIdempotencyInProgress
@@ -261,9 +263,15 @@ var (
 // maxIdempotencyKey bounds the Idempotency-Key header.
 const maxIdempotencyKey = 255
 
-func abandon(ctx *fasthttp.RequestCtx, claim hotpath.Claim) {
+// idempotencyTimeout bounds one call to the replay store. Its contexts are
+// never derived from the fasthttp RequestCtx, which is recycled.
+const idempotencyTimeout = 2 * time.Second
+
+func abandon(_ *fasthttp.RequestCtx, claim hotpath.Claim) {
 	if claim != nil {
-		_ = claim.Abandon(context.WithoutCancel(ctx))
+		ctx, cancel := context.WithTimeout(context.Background(), idempotencyTimeout)
+		_ = claim.Abandon(ctx)
+		cancel()
 	}
 }
 
@@ -456,8 +464,11 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	ctx.Response.Header.SetBytesV("Gateway-Overhead-Ms", codec.AppendDecimal(ms[:0], overhead.Microseconds(), 3))
 	t.ch.m.overhead.Update(overhead.Seconds())
 	if claim != nil {
-		if err := claim.Complete(context.WithoutCancel(ctx), hotpath.Replay{Status: fasthttp.StatusOK, Body: append([]byte(nil), t.out...),
-			Headers: [][2]string{{"Content-Type", "application/json"}}}); err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), idempotencyTimeout)
+		err := claim.Complete(cctx, hotpath.Replay{Status: fasthttp.StatusOK, Body: append([]byte(nil), t.out...),
+			Headers: [][2]string{{"Content-Type", "application/json"}}})
+		cancel()
+		if err != nil {
 			t.ch.cfg.Log.Warn("cannot store idempotent replay", "request_id", string(t.requestID), "err", err)
 		}
 	}

@@ -124,7 +124,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 	}
 	switch a.Auth {
 	case hotpath.AuthUser:
-		p, cerr := e.verifier.VerifyUser(ctx, ctx.Request.Header.Peek(HeaderAuthorization))
+		p, cerr := e.verifier.VerifyUser(ctx.Request.Header.Peek(HeaderAuthorization))
 		if cerr != nil {
 			return cerr
 		}
@@ -133,7 +133,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 		}
 		c.User = p
 	case hotpath.AuthService:
-		s, cerr := e.verifier.VerifyService(ctx, ctx.Request.Header.Peek(HeaderAuthorization))
+		s, cerr := e.verifier.VerifyService(ctx.Request.Header.Peek(HeaderAuthorization))
 		if cerr != nil {
 			return cerr
 		}
