@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/edgegw/gateway/codec"
 )
 
 // Effort is a reasoning effort.
@@ -154,26 +156,7 @@ func digits(s string) bool {
 // AppendMicroUSD appends micro-USD as a plain decimal number of dollars with
 // no trailing zeros ("0.76", "12", "0.000001"); it allocates nothing.
 func AppendMicroUSD(dst []byte, micros int64) []byte {
-	if micros < 0 {
-		dst = append(dst, '-')
-		micros = -micros
-	}
-	dst = strconv.AppendInt(dst, micros/1_000_000, 10)
-	frac := micros % 1_000_000
-	if frac == 0 {
-		return dst
-	}
-	var buf [7]byte
-	buf[0] = '.'
-	for i := 6; i >= 1; i-- {
-		buf[i] = byte('0' + frac%10)
-		frac /= 10
-	}
-	n := 7
-	for buf[n-1] == '0' {
-		n--
-	}
-	return append(dst, buf[:n]...)
+	return codec.AppendDecimal(dst, micros, 6)
 }
 
 // IsTierName reports whether s names one of the three public tiers.

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -22,39 +19,7 @@ import (
 // returns its base URL.
 func startSimProcess(t *testing.T, bin string) string {
 	t.Helper()
-	cmd := exec.Command(bin, "sim", "--sim-addr", "127.0.0.1:0")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "simulator listening" {
-				addr <- line["addr"].(string)
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	select {
-	case a := <-addr:
-		return "http://" + a + "/v1"
-	case <-time.After(30 * time.Second):
-		t.Fatal("simulator did not start")
-		return ""
-	}
+	return "http://" + startChild(t, bin, nil, []string{"simulator listening"}, "sim", "--sim-addr", "127.0.0.1:0") + "/v1"
 }
 
 // startAgainstSimProcess starts the gateway in-process with every tier bound

@@ -43,17 +43,16 @@ func buildGateway(t *testing.T) string {
 
 // process is one `gateway serve` started as its own OS process.
 type process struct {
-	cmd  *exec.Cmd
 	addr string
 }
 
-// startProcess runs the binary on a free loopback port and returns once it
-// logs that it listens and that its key invalidation channel is live, so
-// the revocation below can only reach it as a notification.
-func startProcess(t *testing.T, bin, dbURL string) *process {
+// startChild runs bin with args as a child process, stopped when the test
+// ends, and returns once every message in wait has been logged; the value
+// of the "addr" field of the first of them is returned.
+func startChild(t *testing.T, bin string, env []string, wait []string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--admin-addr", "", "--log-level", "debug")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "GATEWAY_DEMO=false")
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -70,19 +69,18 @@ func startProcess(t *testing.T, bin, dbURL string) *process {
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
-		addr, live := "", false
+		addr, seen := "", map[string]bool{}
 		for sc.Scan() {
 			var line map[string]any
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
 			}
-			switch line["msg"] {
-			case "listening":
-				addr = line["addr"].(string)
-			case "key invalidation channel listening":
-				live = true
+			msg, _ := line["msg"].(string)
+			if msg == wait[0] {
+				addr, _ = line["addr"].(string)
 			}
-			if addr != "" && live {
+			seen[msg] = true
+			if all(wait, seen) {
 				ready <- addr
 				break
 			}
@@ -91,11 +89,31 @@ func startProcess(t *testing.T, bin, dbURL string) *process {
 	}()
 	select {
 	case a := <-ready:
-		return &process{cmd: cmd, addr: a}
+		return a
 	case <-time.After(30 * time.Second):
-		t.Fatal("gateway did not start listening")
-		return nil
+		t.Fatalf("%s %v did not start", filepath.Base(bin), args)
+		return ""
 	}
+}
+
+func all(want []string, seen map[string]bool) bool {
+	for _, w := range want {
+		if !seen[w] {
+			return false
+		}
+	}
+	return true
+}
+
+// startProcess runs `gateway serve` on a free loopback port and returns once
+// it listens and its key invalidation channel is live, so the revocation
+// below can only reach it as a notification.
+func startProcess(t *testing.T, bin, dbURL string) *process {
+	t.Helper()
+	addr := startChild(t, bin, []string{"DATABASE_URL=" + dbURL, "GATEWAY_DEMO=false"},
+		[]string{"listening", "key invalidation channel listening"},
+		"serve", "--addr", "127.0.0.1:0", "--admin-addr", "", "--log-level", "debug")
+	return &process{addr: addr}
 }
 
 // Two gateway processes share one database; a key revoked through one is
