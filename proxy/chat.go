@@ -436,8 +436,11 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	}
 	var c codec.Completion
 	if err := codec.ParseCompletion(resp.Body(), &c); err != nil || c.Error != nil {
+		// An unreadable answer is an upstream failure like a 5xx; nothing
+		// reached the client, so it is answered in the 503 family.
+		t.up.Breaker.Failure()
 		abandon(ctx, claim)
-		return errUpstreamMalformed
+		return errOverloaded
 	}
 	t.answer = codec.Answer{Content: c.Content, ToolCalls: c.ToolCalls, Finish: finishReason(c.FinishReason, c.ToolCalls != nil)}
 	if t.wire == ChatV2 && t.reasons() {

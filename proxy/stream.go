@@ -54,7 +54,10 @@ var scannerPool = sync.Pool{New: func() any { return codec.NewSSEScanner(1 << 20
 
 var readBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
-var doneData = []byte("[DONE]")
+var (
+	doneData     = []byte("[DONE]")
+	emptyContent = []byte(`""`)
+)
 
 // streamState is what the pump learns from the upstream.
 type streamState struct {
@@ -65,6 +68,7 @@ type streamState struct {
 	done      bool
 	failure   *codec.Error
 	firstSent bool
+	deltas    int // content and tool-call frames sent
 }
 
 // pump copies the upstream stream to the client, rewriting every frame for
@@ -137,6 +141,11 @@ func (t *turn) pump(w *bufio.Writer, resp *fasthttp.Response) {
 	t.out = t.out[:0]
 	switch t.wire {
 	case ChatV2:
+		if st.deltas == 0 {
+			// The grammar has one or more delta events: a reply with no
+			// text (all budget spent thinking) says so with an empty one.
+			t.out = codec.AppendV2Content(t.out, emptyContent)
+		}
 		t.out = codec.AppendV2Finish(t.out, st.finish, &t.bill)
 	case ChatV1:
 		t.out = codec.AppendChunkFinish(t.out, &t.head, st.finish)
@@ -179,11 +188,14 @@ func (t *turn) drain(w *bufio.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, 
 		t.out = t.out[:0]
 		if len(chunk.Reasoning) > 2 {
 			t.delivered = append(t.delivered, chunk.Reasoning...)
-			if t.wire == ChatV2 && t.reasons() {
+			// v2 orders reasoning before the answer; a trace fragment an
+			// upstream sends after answer text has begun is billed, not shown.
+			if t.wire == ChatV2 && t.reasons() && st.deltas == 0 {
 				t.out = codec.AppendV2Reasoning(t.out, chunk.Reasoning)
 			}
 		}
 		if len(chunk.Content) > 2 {
+			st.deltas++
 			t.delivered = append(t.delivered, chunk.Content...)
 			if t.wire == ChatV2 {
 				t.out = codec.AppendV2Content(t.out, chunk.Content)
@@ -192,6 +204,7 @@ func (t *turn) drain(w *bufio.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, 
 			}
 		}
 		if chunk.ToolCalls != nil {
+			st.deltas++
 			st.sawTools = true
 			if t.wire == ChatV2 {
 				t.out = codec.AppendV2ToolCalls(t.out, chunk.ToolCalls)
