@@ -1,0 +1,647 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"flag"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/bench/load"
+)
+
+var sampleDir = flag.String("sample", "", "also write the sample report into this directory, to look at")
+
+// record adds each value (µs) n times.
+func record(t testing.TB, h *hdrhistogram.Histogram, n int64, values ...int64) {
+	t.Helper()
+	for _, v := range values {
+		require.NoError(t, h.RecordValues(v, n))
+	}
+}
+
+// exactResult has latencies 1000 µs (500 times), 1200 (400), 1400 (90),
+// 1600 (9) and 1800 (1), each plus shift, so p50 is 1000, p90 1200, p99
+// 1400, p99.9 1600 and max 1800, plus shift. HDR histograms keep values
+// below 2048 exactly, so two such results differ by exactly the difference
+// of their shifts at every percentile.
+func exactResult(t testing.TB, name string, shift int64, rps float64) *load.Result {
+	r := &load.Result{
+		Scenario:   "exact",
+		Target:     name,
+		BaseURL:    "http://127.0.0.1:1",
+		Elapsed:    10 * time.Second,
+		Requests:   1000,
+		Completed:  1000,
+		ByStatus:   map[int]int64{200: 1000},
+		Bytes:      1 << 20,
+		Frames:     64000,
+		Throughput: rps,
+		Latency:    load.NewHistogram(),
+		TTFB:       load.NewHistogram(),
+		TTFT:       load.NewHistogram(),
+		InterFrame: load.NewHistogram(),
+	}
+	for _, x := range []struct{ n, v int64 }{{500, 1000}, {400, 1200}, {90, 1400}, {9, 1600}, {1, 1800}} {
+		record(t, r.Latency, x.n, x.v+shift)
+		record(t, r.TTFB, x.n, x.v/10+shift)
+	}
+	return r
+}
+
+func exactComparison(t testing.TB) *Comparison {
+	direct := exactResult(t, "direct", 0, 1000)
+	gateway := exactResult(t, "gateway", 100, 990)
+	gateway.Requests, gateway.Completed, gateway.Errors = 1003, 1000, 3
+	gateway.ByStatus = map[int]int64{200: 1000, 502: 2, 0: 1}
+	gateway.ByCode = map[string]int64{"upstream_error": 2, "connection_reset": 1}
+	gateway.FrameViolations = 2
+	gateway.FirstViolations = []string{"data: {\"id\":1}\n\ndata: [DONE]\n\n(no finish frame)", "second"}
+	gateway.RSS = []load.RSSSample{{At: 0, Bytes: 40 << 20}, {At: time.Second, Bytes: 60 << 20}, {At: 2 * time.Second, Bytes: 50 << 20}}
+	refproxy := exactResult(t, "refproxy", 20, 1000)
+	return &Comparison{
+		Scenario:    "exact",
+		Machine:     "2 vCPU, linux/amd64, go1.26",
+		Command:     "gwbench compare -scenario exact",
+		When:        time.Date(2026, 10, 7, 12, 0, 0, 0, time.UTC),
+		Concurrency: 100,
+		Results:     []*load.Result{direct, gateway, refproxy},
+		Frontier: map[string][]FrontierPoint{
+			"gateway": {
+				{Budget: time.Millisecond, Rate: 8000, P99Overhead: 900 * time.Microsecond},
+				{Budget: 100 * time.Microsecond, Rate: 2000, P99Overhead: 95 * time.Microsecond},
+			},
+		},
+		Scorecard: []ScoreRow{
+			{Case: "stream order", Wire: "v1", Want: "chunks, finish, usage, [DONE]", Got: "same", Pass: true},
+			{Case: "error frame", Wire: "v2", Want: "one error event", Got: "two", Pass: false},
+			{Case: "model is the tier", Wire: "openai", Want: "mira", Got: "mira", Pass: true},
+		},
+	}
+}
+
+// section returns the lines of the text report's section titled by a line
+// starting with title, up to the next blank line.
+func textSection(t *testing.T, text, title string) []string {
+	t.Helper()
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, title) {
+			continue
+		}
+		var out []string
+		for _, l := range lines[i+1:] {
+			if l == "" {
+				break
+			}
+			out = append(out, l)
+		}
+		return out
+	}
+	t.Fatalf("no section %q in:\n%s", title, text)
+	return nil
+}
+
+// row returns the fields of the line of lines whose leading fields are
+// those given.
+func row(t *testing.T, lines []string, lead ...string) []string {
+	t.Helper()
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) >= len(lead) && slicesEqual(f[:len(lead)], lead) {
+			return f
+		}
+	}
+	t.Fatalf("no row %q in:\n%s", lead, strings.Join(lines, "\n"))
+	return nil
+}
+
+func slicesEqual(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestWriteText(t *testing.T) {
+	c := exactComparison(t)
+	var b strings.Builder
+	require.NoError(t, WriteText(&b, c))
+	text := b.String()
+	t.Log("\n" + text)
+
+	require.Contains(t, text, "scenario  exact\n")
+	require.Contains(t, text, "machine   2 vCPU, linux/amd64, go1.26\n")
+	require.Contains(t, text, "when      2026-10-07 12:00:00 UTC\n")
+	require.Contains(t, text, "baseline  direct\n")
+
+	req := textSection(t, text, "REQUESTS")
+	require.Equal(t, []string{"target", "requests", "completed", "errors", "throughput", "elapsed", "frames", "bytes"}, strings.Fields(req[0]))
+	require.Equal(t, []string{"gateway", "1003", "1000", "3", "990.0", "rps", "10.0s", "64000", "1.00", "MiB"}, row(t, req, "gateway"))
+	require.Equal(t, []string{"direct", "1000", "1000", "0", "1000.0", "rps", "10.0s", "64000", "1.00", "MiB"}, row(t, req, "direct"))
+
+	errs := textSection(t, text, "ERRORS")
+	require.Len(t, errs, 1)
+	require.Contains(t, errs[0], "gateway")
+	require.Contains(t, errs[0], "by code: upstream_error 2, connection_reset 1; by status: none 1, 200 1000, 502 2")
+
+	lat := textSection(t, text, "LATENCY")
+	require.Equal(t, []string{"target", "count", "p50", "p90", "p99", "p99.9", "max", "mean"}, strings.Fields(lat[0]))
+	require.Equal(t, []string{"direct", "1000", "1.00ms", "1.20ms", "1.40ms", "1.60ms", "1.80ms", "1.12ms"}, row(t, lat, "direct"))
+	require.Equal(t, []string{"gateway", "1000", "1.10ms", "1.30ms", "1.50ms", "1.70ms", "1.90ms", "1.22ms"}, row(t, lat, "gateway"))
+	require.Equal(t, []string{"direct", "1000", "100µs", "120µs", "140µs", "160µs", "180µs", "112µs"}, row(t, textSection(t, text, "TTFB"), "direct"))
+	require.NotContains(t, text, "TTFT", "no target recorded a first token")
+	require.NotContains(t, text, "INTER-FRAME")
+
+	over := textSection(t, text, "OVERHEAD vs direct")
+	require.Equal(t, []string{"target", "metric", "p50", "p90", "p99", "p99.9", "max", "resolution"}, strings.Fields(over[0]))
+	require.Equal(t, []string{"gateway", "latency", "+100µs", "+100µs", "+100µs", "+100µs", "+100µs", "±1µs"}, row(t, over, "gateway", "latency"))
+	require.Equal(t, []string{"gateway", "ttfb", "+100µs", "+100µs", "+100µs", "+100µs", "+100µs", "±1µs"}, row(t, over, "gateway", "ttfb"))
+	require.Equal(t, []string{"refproxy", "latency", "+20µs", "+20µs", "+20µs", "+20µs", "+20µs", "±1µs"}, row(t, over, "refproxy", "latency"))
+
+	thr := textSection(t, text, "THROUGHPUT vs direct")
+	require.Equal(t, []string{"direct", "1000.0", "rps", "baseline"}, row(t, thr, "direct"))
+	require.Equal(t, []string{"gateway", "990.0", "rps", "0.990"}, row(t, thr, "gateway"))
+	require.Equal(t, []string{"refproxy", "1000.0", "rps", "1.000"}, row(t, thr, "refproxy"))
+
+	viol := textSection(t, text, "FRAME VIOLATIONS")
+	require.Equal(t, "gateway: 2 streams broke the wire's frame grammar", viol[0])
+	require.Equal(t, `  1. data: {"id":1}\n\ndata: [DONE]\n\n(no finish frame)`, viol[1])
+	require.Equal(t, "  2. second", viol[2])
+
+	front := textSection(t, text, "FRONTIER")
+	require.Equal(t, []string{"gateway", "100µs", "2000.0", "rps", "+95µs"}, row(t, front, "gateway", "100µs"))
+	require.Equal(t, []string{"gateway", "1.00ms", "8000.0", "rps", "+900µs"}, row(t, front, "gateway", "1.00ms"))
+
+	score := textSection(t, text, "SCORECARD")
+	require.Equal(t, "2 passed, 1 failed", score[len(score)-1])
+	require.Equal(t, []string{"FAIL", "error", "frame", "v2", "one", "error", "event", "two"}, row(t, score, "FAIL"))
+
+	mem := textSection(t, text, "MEMORY")
+	// 100 streams: (60 MiB − 40 MiB) / 100 = 205 KiB each.
+	require.Equal(t, []string{"gateway", "3", "40.0", "MiB", "60.0", "MiB", "1.00s", "50.0", "MiB", "+10.0", "MiB", "205", "KiB"}, row(t, mem, "gateway"))
+
+	// Columns line up: every row of a table has its p50 at the same place.
+	require.Equal(t, strings.Index(lat[0], "p50")+3, strings.Index(lat[1], "1.00ms")+6)
+	require.Equal(t, len([]rune(over[0])), len([]rune(over[1])))
+}
+
+func TestWriteTextEdges(t *testing.T) {
+	t.Run("no results", func(t *testing.T) {
+		require.ErrorIs(t, WriteText(io.Discard, &Comparison{}), ErrNoResults)
+		require.ErrorIs(t, WriteText(io.Discard, nil), ErrNoResults)
+		require.ErrorIs(t, WriteJSON(io.Discard, nil), ErrNoResults)
+		require.ErrorIs(t, WriteSVG(io.Discard, nil, "latency"), ErrNoResults)
+		require.ErrorIs(t, WriteHTML(io.Discard, nil), ErrNoResults)
+		_, err := WriteAll(t.TempDir(), nil)
+		require.ErrorIs(t, err, ErrNoResults)
+	})
+	t.Run("nil result", func(t *testing.T) {
+		require.ErrorContains(t, WriteText(io.Discard, &Comparison{Results: []*load.Result{nil}}), "result 0 is nil")
+	})
+	t.Run("baseline only, nothing recorded", func(t *testing.T) {
+		c := &Comparison{Results: []*load.Result{{Scenario: "empty", Target: "direct", Throughput: math.NaN()}}}
+		var b strings.Builder
+		require.NoError(t, WriteText(&b, c))
+		text := b.String()
+		require.Contains(t, text, "scenario  empty\n")
+		require.NotContains(t, text, "LATENCY")
+		require.NotContains(t, text, "OVERHEAD")
+		require.Contains(t, text, "FRAME VIOLATIONS\nnone\n")
+		require.NotContains(t, text, "SCORECARD")
+		require.NoError(t, WriteJSON(io.Discard, c), "NaN throughput is written as 0")
+		require.NoError(t, WriteSVG(io.Discard, c, "latency"))
+	})
+	t.Run("target without data", func(t *testing.T) {
+		c := exactComparison(t)
+		c.Results[2].Latency = nil
+		c.Results[2].TTFB = load.NewHistogram()
+		var b strings.Builder
+		require.NoError(t, WriteText(&b, c))
+		lat := textSection(t, b.String(), "LATENCY")
+		require.Equal(t, []string{"refproxy", "0", "-", "-", "-", "-", "-", "-"}, row(t, lat, "refproxy"))
+		over := textSection(t, b.String(), "OVERHEAD")
+		for _, l := range over {
+			require.NotContains(t, l, "refproxy")
+		}
+	})
+	t.Run("empty scorecard", func(t *testing.T) {
+		c := exactComparison(t)
+		c.Scorecard = []ScoreRow{}
+		var b strings.Builder
+		require.NoError(t, WriteText(&b, c))
+		require.Contains(t, b.String(), "SCORECARD\n0 passed, 0 failed\n")
+	})
+}
+
+func TestFormat(t *testing.T) {
+	for _, tc := range []struct {
+		us   float64
+		want string
+	}{
+		{0, "0µs"}, {1, "1µs"}, {87, "87µs"}, {999, "999µs"}, {999.6, "1.00ms"},
+		{1000, "1.00ms"}, {1234, "1.23ms"}, {9994, "9.99ms"}, {9996, "10.0ms"}, {45_640, "45.6ms"},
+		{99_960, "100ms"}, {789_400, "789ms"}, {999_600, "1.00s"}, {1_234_000, "1.23s"}, {754_000_000, "754s"},
+		{-20, "-20µs"}, {-1500, "-1.50ms"},
+	} {
+		require.Equal(t, tc.want, formatMicros(tc.us), "%v µs", tc.us)
+	}
+	require.Equal(t, "+100µs", formatDelta(100))
+	require.Equal(t, "-20µs", formatDelta(-20))
+	require.Equal(t, "0µs", formatDelta(0.2))
+	require.Equal(t, "512 B", formatBytes(512))
+	require.Equal(t, "45.2 MiB", formatBytes(45<<20+200<<10))
+	require.Equal(t, "-1.00 KiB", formatBytes(-1024))
+}
+
+func TestNiceRange(t *testing.T) {
+	for _, tc := range []struct {
+		lo, hi, bottom, top, step float64
+		labels                    []string
+	}{
+		{math.Inf(1), 0, 0, 1000, 200, []string{"0", "0.2ms", "0.4ms", "0.6ms", "0.8ms", "1.0ms"}},
+		{1, 7, 0, 7, 1, []string{"0", "1µs", "2µs", "3µs", "4µs", "5µs", "6µs", "7µs"}},
+		{1000, 5100, 0, 6000, 1000, []string{"0", "1ms", "2ms", "3ms", "4ms", "5ms", "6ms"}},
+		{100, 480, 0, 500, 100, []string{"0", "100µs", "200µs", "300µs", "400µs", "500µs"}},
+		{900, 1900, 0, 2000, 500, []string{"0", "0.5ms", "1.0ms", "1.5ms", "2.0ms"}},
+		{1, 1000, 0, 1000, 200, nil},
+		{200, 23_000, 0, 25_000, 5000, []string{"0", "5ms", "10ms", "15ms", "20ms", "25ms"}},
+		// Far from zero: the axis starts below the lowest value.
+		{20_003, 24_900, 20_000, 25_000, 1000, []string{"20ms", "21ms", "22ms", "23ms", "24ms", "25ms"}},
+		{1_466_100, 1_480_200, 1_466_000, 1_482_000, 2000, []string{"1.466s", "1.468s", "1.470s", "1.472s", "1.474s", "1.476s", "1.478s", "1.480s", "1.482s"}},
+		{5000, 5000, 5000, 5001, 1, nil},
+	} {
+		bottom, top, step := niceRange(tc.lo, tc.hi)
+		require.Equal(t, []float64{tc.bottom, tc.top, tc.step}, []float64{bottom, top, step}, "range of %v to %v", tc.lo, tc.hi)
+		if tc.labels != nil {
+			var got []string
+			for y := bottom; y <= top; y += step {
+				got = append(got, tickLabel(y, top, step))
+			}
+			require.Equal(t, tc.labels, got)
+		}
+	}
+	require.Equal(t, []string{"0%", "90%", "99%", "99.9%", "99.99%", "max"},
+		[]string{ninesLabel(0, 4), ninesLabel(1, 4), ninesLabel(2, 4), ninesLabel(3, 4), ninesLabel(4, 4), ninesLabel(5, 4)})
+}
+
+func TestWriteJSON(t *testing.T) {
+	c := exactComparison(t)
+	var b bytes.Buffer
+	require.NoError(t, WriteJSON(&b, c))
+
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(b.Bytes(), &doc))
+	require.Equal(t, "exact", doc["scenario"])
+	require.Equal(t, "direct", doc["baseline"])
+	require.Equal(t, "2026-10-07T12:00:00Z", doc["when"])
+	require.Equal(t, []any{50.0, 90.0, 99.0, 99.9, 100.0}, doc["percentiles"])
+
+	targets := doc["targets"].([]any)
+	require.Len(t, targets, 3)
+	gw := targets[1].(map[string]any)
+	require.Equal(t, "gateway", gw["name"])
+	require.Equal(t, "gateway", gw["target"], "load.Result's own fields are kept")
+	require.Equal(t, 1003.0, gw["requests"])
+	require.Equal(t, 990.0, gw["throughput_rps"])
+	require.Equal(t, 2.0, gw["by_code"].(map[string]any)["upstream_error"])
+	require.Equal(t, 2.0, gw["by_status"].(map[string]any)["502"])
+	require.Equal(t, 2.0, gw["frame_violations"])
+	require.Len(t, gw["first_violations"], 2)
+	lat := gw["latency"].(map[string]any)
+	require.Equal(t, 1000.0, lat["count"])
+	require.Equal(t, 1100.0, lat["min_us"])
+	require.Equal(t, 1900.0, lat["max_us"])
+	require.InDelta(t, 1222.2, lat["mean_us"], 1e-9)
+	require.Equal(t, map[string]any{"p50": 1100.0, "p90": 1300.0, "p99": 1500.0, "p99.9": 1700.0, "max": 1900.0}, lat["percentiles_us"])
+	require.Nil(t, gw["ttft"], "nothing recorded")
+	require.Nil(t, gw["interframe"])
+	rss := gw["rss_summary"].(map[string]any)
+	require.Equal(t, float64(60<<20), rss["peak_bytes"])
+	require.Equal(t, float64(time.Second), rss["peak_at_ns"])
+	require.Equal(t, float64((20<<20)/100), rss["per_stream_bytes"])
+
+	overheads := doc["overheads"].([]any)
+	require.Len(t, overheads, 2)
+	o := overheads[0].(map[string]any)
+	require.Equal(t, "gateway", o["target"])
+	require.Equal(t, 0.99, o["throughput_ratio"])
+	require.Equal(t, map[string]any{"p50": 100.0, "p90": 100.0, "p99": 100.0, "p99.9": 100.0, "max": 100.0}, o["latency_us"])
+	require.Equal(t, 100.0, o["ttfb_us"].(map[string]any)["p50"])
+	require.Nil(t, o["ttft_us"])
+	require.Equal(t, map[string]any{"latency": 1.0, "ttfb": 1.0}, o["resolution_us"])
+	require.Equal(t, 20.0, overheads[1].(map[string]any)["latency_us"].(map[string]any)["p99"])
+
+	front := doc["frontier"].(map[string]any)["gateway"].([]any)
+	require.Equal(t, map[string]any{"budget_us": 100.0, "rate_rps": 2000.0, "p99_overhead_us": 95.0}, front[0], "sorted by budget")
+	require.Equal(t, 1000.0, front[1].(map[string]any)["budget_us"])
+
+	score := doc["scorecard"].(map[string]any)
+	require.Equal(t, 2.0, score["passed"])
+	require.Equal(t, 1.0, score["failed"])
+	require.Equal(t, "error frame", score["rows"].([]any)[1].(map[string]any)["case"])
+
+	// The typed document reads back as it was written.
+	var typed document
+	require.NoError(t, json.Unmarshal(b.Bytes(), &typed))
+	require.Equal(t, int64(100), typed.Overheads[0].LatencyUS["p50"])
+	require.Equal(t, int64(1003), typed.Targets[1].Requests)
+	require.Equal(t, "direct", typed.Targets[0].Target)
+	var again bytes.Buffer
+	enc := json.NewEncoder(&again)
+	enc.SetIndent("", "  ")
+	require.NoError(t, enc.Encode(&typed))
+	require.JSONEq(t, b.String(), again.String())
+
+	// The caller's results are untouched.
+	require.Equal(t, 990.0, c.Results[1].Throughput)
+}
+
+// svgDoc is what the tests read of an SVG.
+type svgDoc struct {
+	root      string
+	polylines []string // data-target of each series
+	legend    []string // data-target of each legend entry
+	texts     []string
+}
+
+func parseSVG(t *testing.T, data []byte) svgDoc {
+	t.Helper()
+	var d svgDoc
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	inText := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "well-formed XML")
+		switch el := tok.(type) {
+		case xml.StartElement:
+			if d.root == "" {
+				d.root = el.Name.Space + " " + el.Name.Local
+			}
+			attr := func(name string) string {
+				for _, a := range el.Attr {
+					if a.Name.Local == name {
+						return a.Value
+					}
+				}
+				return ""
+			}
+			switch {
+			case el.Name.Local == "polyline" && attr("class") == "series":
+				d.polylines = append(d.polylines, attr("data-target"))
+				require.NotEmpty(t, attr("points"))
+			case el.Name.Local == "g" && attr("class") == "legend-entry":
+				d.legend = append(d.legend, attr("data-target"))
+			case el.Name.Local == "text":
+				inText++
+			}
+		case xml.EndElement:
+			if el.Name.Local == "text" {
+				inText--
+			}
+		case xml.CharData:
+			if inText > 0 {
+				d.texts = append(d.texts, string(el))
+			}
+		}
+	}
+	return d
+}
+
+func TestWriteSVG(t *testing.T) {
+	c := exactComparison(t)
+	for _, metric := range []string{"latency", "ttfb"} {
+		t.Run(metric, func(t *testing.T) {
+			var b bytes.Buffer
+			require.NoError(t, WriteSVG(&b, c, metric))
+			require.True(t, strings.HasPrefix(b.String(), `<?xml version="1.0" encoding="UTF-8"?>`))
+			d := parseSVG(t, b.Bytes())
+			require.Equal(t, "http://www.w3.org/2000/svg svg", d.root)
+			require.ElementsMatch(t, []string{"direct", "gateway", "refproxy"}, d.polylines, "one curve per target")
+			require.Equal(t, []string{"direct", "gateway", "refproxy"}, d.legend, "one legend entry per target, in order")
+			all := strings.Join(d.texts, "|")
+			require.Contains(t, all, "exact · ")
+			for _, tick := range []string{"0%", "90%", "99%", "99.9%", "99.99%", "max"} {
+				require.Contains(t, d.texts, tick)
+			}
+			require.Contains(t, d.texts, "baseline")
+			require.Contains(t, all, "p99 overhead +100µs")
+			require.NotContains(t, b.String(), "href", "nothing loaded from elsewhere")
+		})
+	}
+	t.Run("latency axis", func(t *testing.T) {
+		var b bytes.Buffer
+		require.NoError(t, WriteSVG(&b, c, "latency"))
+		d := parseSVG(t, b.Bytes())
+		// Values from 1 ms to 1.9 ms: the axis starts at 1 ms, ticks every
+		// 0.2 ms up to 2 ms.
+		for _, tick := range []string{"1.0ms", "1.2ms", "1.4ms", "1.6ms", "1.8ms", "2.0ms"} {
+			require.Contains(t, d.texts, tick)
+		}
+		require.NotContains(t, d.texts, "0")
+	})
+	t.Run("empty metric", func(t *testing.T) {
+		var b bytes.Buffer
+		require.NoError(t, WriteSVG(&b, c, "ttft"))
+		d := parseSVG(t, b.Bytes())
+		require.Empty(t, d.polylines)
+		require.Len(t, d.legend, 3)
+		require.Contains(t, d.texts, "no data recorded")
+		require.Contains(t, d.texts, "no data")
+	})
+	t.Run("one target without data", func(t *testing.T) {
+		c := exactComparison(t)
+		c.Results[1].Latency = load.NewHistogram()
+		var b bytes.Buffer
+		require.NoError(t, WriteSVG(&b, c, "latency"))
+		d := parseSVG(t, b.Bytes())
+		require.ElementsMatch(t, []string{"direct", "refproxy"}, d.polylines)
+		require.Len(t, d.legend, 3)
+	})
+	t.Run("escaping", func(t *testing.T) {
+		c := exactComparison(t)
+		c.Scenario = `a<b & "c"`
+		c.Results[1].Target = "gw<1>"
+		var b bytes.Buffer
+		require.NoError(t, WriteSVG(&b, c, "latency"))
+		d := parseSVG(t, b.Bytes())
+		require.Contains(t, d.polylines, "gw<1>")
+	})
+	t.Run("unknown metric", func(t *testing.T) {
+		require.ErrorContains(t, WriteSVG(io.Discard, c, "bogus"), `unknown metric "bogus"`)
+	})
+}
+
+func TestResolution(t *testing.T) {
+	for _, h := range []*hdrhistogram.Histogram{load.NewHistogram(), hdrhistogram.New(1, 1e9, 2), hdrhistogram.New(16, 1e9, 3)} {
+		for _, v := range []int64{0, 1, 17, 1000, 2047, 2048, 4095, 4096, 99_999, 1_466_000, 200_000_000} {
+			w := resolution(h, v)
+			lo := v - v%w
+			require.True(t, h.ValuesAreEquivalent(lo, lo+w-1), "%d: width %d", v, w)
+			require.False(t, h.ValuesAreEquivalent(lo, lo+w), "%d: width %d", v, w)
+		}
+	}
+	h := load.NewHistogram()
+	require.Equal(t, int64(1), resolution(h, 2047))
+	require.Equal(t, int64(2), resolution(h, 2048))
+	require.Equal(t, int64(1024), resolution(h, 1_466_000))
+}
+
+func TestCurve(t *testing.T) {
+	h := load.NewHistogram()
+	record(t, h, 99, 1000)
+	record(t, h, 1, 9000)
+	pts := curve(h, 4)
+	require.Equal(t, point{0, 1000}, pts[0])
+	require.Equal(t, point{5, float64(h.Max())}, pts[len(pts)-1])
+	for i := 1; i < len(pts); i++ {
+		require.Greater(t, pts[i].x, pts[i-1].x)
+		require.GreaterOrEqual(t, pts[i].y, pts[i-1].y, "percentile curves never fall")
+	}
+	require.Less(t, len(pts), 4*curveSamples/2, "flat runs are compacted")
+}
+
+func TestWriteHTML(t *testing.T) {
+	c := exactComparison(t)
+	var b strings.Builder
+	require.NoError(t, WriteHTML(&b, c))
+	page := b.String()
+	require.True(t, strings.HasPrefix(page, "<!DOCTYPE html>"))
+	require.Equal(t, 2, strings.Count(page, "<svg "), "latency and ttfb; nothing else was recorded")
+	require.Contains(t, page, `<figure id="latency">`)
+	require.Contains(t, page, `<figure id="ttfb">`)
+	require.NotContains(t, page, `id="ttft"`)
+	require.NotContains(t, page, "<?xml", "inline SVG has no XML declaration")
+	require.NotContains(t, page, "src=")
+	require.NotContains(t, page, "href")
+
+	var text strings.Builder
+	require.NoError(t, WriteText(&text, c))
+	pre := page[strings.Index(page, "<pre>")+len("<pre>") : strings.Index(page, "</pre>")]
+	unescaped := strings.NewReplacer("&lt;", "<", "&gt;", ">", "&#34;", `"`, "&#39;", "'", "&amp;", "&").Replace(pre)
+	require.Equal(t, text.String(), unescaped, "the summary, escaped")
+	require.Contains(t, pre, "+100µs")
+
+	// Each inline SVG is well-formed on its own.
+	rest := page
+	for range 2 {
+		start := strings.Index(rest, "<svg ")
+		end := strings.Index(rest, "</svg>") + len("</svg>")
+		d := parseSVG(t, []byte(rest[start:end]))
+		require.Len(t, d.polylines, 3)
+		rest = rest[end:]
+	}
+}
+
+func TestWriteAll(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new", "dir")
+	paths, err := WriteAll(dir, exactComparison(t))
+	require.NoError(t, err)
+	var names []string
+	for _, p := range paths {
+		require.Equal(t, dir, filepath.Dir(p))
+		names = append(names, filepath.Base(p))
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.Positive(t, st.Size())
+	}
+	require.Equal(t, []string{"summary.txt", "report.json", "report.html", "latency.svg", "ttfb.svg"}, names)
+}
+
+// sampleComparison is a streamed chat run as the harness would record it:
+// 200 ms to the first token, 64 tokens 20 ms apart, the upstream directly,
+// through the gateway and through the reference proxy.
+func sampleComparison(t testing.TB) *Comparison {
+	rng := rand.New(rand.NewPCG(1, 2))
+	// jitter is a long-tailed delay in µs: lognormal around median.
+	jitter := func(median, sigma float64) int64 {
+		return int64(median * math.Exp(sigma*rng.NormFloat64()))
+	}
+	mk := func(name string, hop, hopSigma float64, rps float64) *load.Result {
+		r := &load.Result{
+			Scenario: "stream-64", Target: name, BaseURL: "http://127.0.0.1:0",
+			Elapsed: 25 * time.Second, Requests: 5000, Completed: 5000, Throughput: rps,
+			ByStatus: map[int]int64{200: 5000}, Frames: 5000 * 67, Bytes: 5000 * 67 * 180,
+			Latency: load.NewHistogram(), TTFB: load.NewHistogram(), TTFT: load.NewHistogram(), InterFrame: load.NewHistogram(),
+		}
+		for range 5000 {
+			ttfb := 300 + jitter(150, 0.6) + jitter(hop, hopSigma)
+			ttft := 200_000 + jitter(400, 0.8) + jitter(hop, hopSigma)
+			total := ttft
+			for range 63 {
+				gap := 20_000 + jitter(60, 0.9) + jitter(hop/4, hopSigma)
+				total += gap
+				record(t, r.InterFrame, 1, gap)
+			}
+			record(t, r.TTFB, 1, ttfb)
+			record(t, r.TTFT, 1, ttft)
+			record(t, r.Latency, 1, total+jitter(200, 0.5))
+		}
+		return r
+	}
+	direct := mk("direct", 5, 0.2, 200)
+	gateway := mk("gateway", 180, 0.7, 199.6)
+	refproxy := mk("refproxy", 70, 0.5, 199.9)
+	gateway.Errors, gateway.Requests = 4, 5004
+	gateway.ByStatus[503] = 4
+	gateway.ByCode = map[string]int64{"upstream_unavailable": 4}
+	for i := range 120 {
+		gateway.RSS = append(gateway.RSS, load.RSSSample{At: time.Duration(i) * 500 * time.Millisecond, Bytes: 48<<20 + int64(i%40)<<18})
+	}
+	return &Comparison{
+		Scenario: "stream-64", Machine: "2 vCPU, linux/amd64, go1.26", Command: "gwbench compare stream-64.yaml",
+		When: time.Date(2026, 10, 7, 9, 30, 0, 0, time.UTC), Concurrency: 40,
+		Results: []*load.Result{direct, gateway, refproxy},
+		Frontier: map[string][]FrontierPoint{
+			"gateway":  {{Budget: 250 * time.Microsecond, Rate: 1800, P99Overhead: 240 * time.Microsecond}, {Budget: time.Millisecond, Rate: 4200, P99Overhead: 930 * time.Microsecond}},
+			"refproxy": {{Budget: 250 * time.Microsecond, Rate: 5200, P99Overhead: 180 * time.Microsecond}},
+		},
+		Scorecard: []ScoreRow{
+			{Case: "frame order", Wire: "v1", Want: "chunks, usage, [DONE]", Got: "chunks, usage, [DONE]", Pass: true},
+			{Case: "frame order", Wire: "v2", Want: "start, delta, finish", Got: "start, delta, finish", Pass: true},
+			{Case: "upstream 503", Wire: "openai", Want: "503 service_unavailable", Got: "502 upstream_error", Pass: false},
+		},
+	}
+}
+
+func TestSampleReport(t *testing.T) {
+	dir := *sampleDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	c := sampleComparison(t)
+	paths, err := WriteAll(dir, c)
+	require.NoError(t, err)
+	require.Len(t, paths, 7, "summary, JSON, HTML and four plots")
+	for _, p := range paths {
+		if filepath.Ext(p) != ".svg" {
+			continue
+		}
+		data, err := os.ReadFile(p)
+		require.NoError(t, err)
+		d := parseSVG(t, data)
+		require.Len(t, d.polylines, 3, p)
+	}
+	summary, err := os.ReadFile(filepath.Join(dir, "summary.txt"))
+	require.NoError(t, err)
+	t.Log("\n" + string(summary))
+}

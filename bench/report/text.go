@@ -1,0 +1,364 @@
+package report
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edgegw/gateway/bench/load"
+)
+
+// maxViolationsShown bounds the frame violations printed per target, and
+// maxViolationLen the characters of each.
+const (
+	maxViolationsShown = 3
+	maxViolationLen    = 400
+)
+
+// WriteText writes c as aligned text tables: per target its requests,
+// completions, errors (by code and status) and throughput; latency, time to
+// first byte, time to first token and inter-frame gaps at p50, p90, p99,
+// p99.9 and max; every other target's overhead over the baseline at each
+// percentile and its throughput ratio; frame violations and the first few
+// of them; the frontier; the scorecard; and resident memory.
+func WriteText(w io.Writer, c *Comparison) error {
+	if err := check(c); err != nil {
+		return err
+	}
+	d := newDocument(c)
+	var b strings.Builder
+	writeHeader(&b, d)
+	writeRequests(&b, d)
+	for _, m := range metrics {
+		writeMetric(&b, d, m)
+	}
+	writeOverhead(&b, d)
+	writeViolations(&b, d)
+	writeFrontier(&b, d)
+	writeScorecard(&b, d)
+	writeRSS(&b, d)
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("cannot write text report: %w", err)
+	}
+	return nil
+}
+
+func writeHeader(b *strings.Builder, d *document) {
+	var t table
+	t.add("scenario", d.Scenario)
+	if d.Machine != "" {
+		t.add("machine", d.Machine)
+	}
+	if d.Command != "" {
+		t.add("command", d.Command)
+	}
+	if !d.When.IsZero() {
+		t.add("when", d.When.UTC().Format("2006-01-02 15:04:05 MST"))
+	}
+	if d.Concurrency > 0 {
+		t.add("streams", strconv.Itoa(d.Concurrency))
+	}
+	t.add("baseline", d.Baseline)
+	// Left-aligned values: write by hand rather than as a right-aligned table.
+	for _, r := range t.rows {
+		fmt.Fprintf(b, "%-9s %s\n", r[0], r[1])
+	}
+}
+
+func section(b *strings.Builder, title string) {
+	b.WriteString("\n")
+	b.WriteString(title)
+	b.WriteString("\n")
+}
+
+func writeRequests(b *strings.Builder, d *document) {
+	section(b, "REQUESTS")
+	var t table
+	t.add("target", "requests", "completed", "errors", "throughput", "elapsed", "frames", "bytes")
+	for _, x := range d.Targets {
+		t.add(x.Name,
+			strconv.FormatInt(x.Requests, 10),
+			strconv.FormatInt(x.Completed, 10),
+			strconv.FormatInt(x.Errors, 10),
+			formatRate(x.Throughput)+" rps",
+			formatMicros(float64(x.Elapsed/time.Microsecond)),
+			strconv.FormatInt(x.Frames, 10),
+			formatBytes(x.Bytes))
+	}
+	t.write(b, "")
+
+	var e table
+	for _, x := range d.Targets {
+		if x.Errors == 0 && len(x.ByCode) == 0 && !hasNon2xx(x.ByStatus) {
+			continue
+		}
+		var parts []string
+		if len(x.ByCode) > 0 {
+			parts = append(parts, "by code: "+countsByCode(x.ByCode))
+		}
+		if len(x.ByStatus) > 0 {
+			parts = append(parts, "by status: "+countsByStatus(x.ByStatus))
+		}
+		if len(parts) == 0 {
+			parts = append(parts, "transport or stream errors only")
+		}
+		e.add(x.Name, strconv.FormatInt(x.Errors, 10)+" errors", strings.Join(parts, "; "))
+	}
+	if len(e.rows) > 0 {
+		section(b, "ERRORS")
+		for _, r := range e.rows {
+			fmt.Fprintf(b, "%-*s  %s  %s\n", nameWidth(d), r[0], r[1], r[2])
+		}
+	}
+}
+
+func nameWidth(d *document) int {
+	w := len("target")
+	for _, x := range d.Targets {
+		w = max(w, len(x.Name))
+	}
+	return w
+}
+
+func hasNon2xx(m map[int]int64) bool {
+	for s := range m {
+		if s < 200 || s > 299 {
+			return true
+		}
+	}
+	return false
+}
+
+// countsByCode lists codes by count, most frequent first.
+func countsByCode(m map[string]int64) string {
+	codes := slices.Collect(maps.Keys(m))
+	slices.SortFunc(codes, func(a, b string) int {
+		if c := cmp.Compare(m[b], m[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(codes))
+	for i, k := range codes {
+		parts[i] = k + " " + strconv.FormatInt(m[k], 10)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// countsByStatus lists statuses in order.
+func countsByStatus(m map[int]int64) string {
+	statuses := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(statuses))
+	for i, s := range statuses {
+		name := strconv.Itoa(s)
+		if s == 0 {
+			name = "none"
+		}
+		parts[i] = name + " " + strconv.FormatInt(m[s], 10)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func percentileHeads(first ...string) []string {
+	heads := slices.Clone(first)
+	for _, p := range load.Percentiles {
+		heads = append(heads, percentileLabel(p))
+	}
+	return heads
+}
+
+func writeMetric(b *strings.Builder, d *document, m metric) {
+	recorded := false
+	for _, x := range d.Targets {
+		recorded = recorded || x.metric(m.name) != nil
+	}
+	if !recorded {
+		return
+	}
+	section(b, m.head)
+	var t table
+	t.add(append(percentileHeads("target", "count"), "mean")...)
+	for _, x := range d.Targets {
+		h := x.metric(m.name)
+		if h == nil {
+			row := []string{x.Name, "0"}
+			for range load.Percentiles {
+				row = append(row, "-")
+			}
+			t.add(append(row, "-")...)
+			continue
+		}
+		row := []string{x.Name, strconv.FormatInt(h.Count, 10)}
+		for _, p := range load.Percentiles {
+			row = append(row, formatMicros(float64(h.PercentilesUS[percentileLabel(p)])))
+		}
+		t.add(append(row, formatMicros(h.MeanUS))...)
+	}
+	t.write(b, "")
+}
+
+func writeOverhead(b *strings.Builder, d *document) {
+	if len(d.Overheads) == 0 {
+		return
+	}
+	section(b, fmt.Sprintf("OVERHEAD vs %s (target − %s, at each percentile)", d.Baseline, d.Baseline))
+	t := table{left: 2}
+	t.add(append(percentileHeads("target", "metric"), "resolution")...)
+	for _, o := range d.Overheads {
+		for _, m := range metrics {
+			diff := o.metric(m.name)
+			if diff == nil {
+				continue
+			}
+			row := []string{o.Target, m.name}
+			for _, p := range load.Percentiles {
+				row = append(row, formatDelta(float64(diff[percentileLabel(p)])))
+			}
+			t.add(append(row, "±"+formatMicros(float64(o.ResolutionUS[m.name])))...)
+		}
+	}
+	if len(t.rows) > 1 {
+		t.write(b, "")
+		b.WriteString("resolution: the histograms' bucket width at the larger max; smaller differences are not measured\n")
+	} else {
+		b.WriteString("no latency recorded on both sides\n")
+	}
+
+	section(b, fmt.Sprintf("THROUGHPUT vs %s (target / %s)", d.Baseline, d.Baseline))
+	var r table
+	r.add("target", "throughput", "ratio")
+	r.add(d.Targets[0].Name, formatRate(d.Targets[0].Throughput)+" rps", "baseline")
+	for i, o := range d.Overheads {
+		ratio := "-"
+		if d.Targets[0].Throughput > 0 {
+			ratio = strconv.FormatFloat(o.ThroughputRatio, 'f', 3, 64)
+		}
+		r.add(o.Target, formatRate(d.Targets[i+1].Throughput)+" rps", ratio)
+	}
+	r.write(b, "")
+}
+
+func writeViolations(b *strings.Builder, d *document) {
+	section(b, "FRAME VIOLATIONS")
+	none := true
+	for _, x := range d.Targets {
+		if x.FrameViolations == 0 {
+			continue
+		}
+		none = false
+		noun := "streams"
+		if x.FrameViolations == 1 {
+			noun = "stream"
+		}
+		fmt.Fprintf(b, "%s: %d %s broke the wire's frame grammar\n", x.Name, x.FrameViolations, noun)
+		for i, v := range x.FirstViolations {
+			if i == maxViolationsShown {
+				fmt.Fprintf(b, "  (%d more kept in report.json)\n", len(x.FirstViolations)-i)
+				break
+			}
+			fmt.Fprintf(b, "  %d. %s\n", i+1, oneLine(v, maxViolationLen))
+		}
+	}
+	if none {
+		b.WriteString("none\n")
+	}
+}
+
+// oneLine shows s on one line, newlines escaped, cut to at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(s)
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
+
+func writeFrontier(b *strings.Builder, d *document) {
+	if len(d.Frontier) == 0 {
+		return
+	}
+	section(b, "FRONTIER (highest rate whose p99 overhead stays within the budget)")
+	var t table
+	t.add("target", "budget", "rate", "p99 overhead")
+	for _, name := range frontierOrder(d) {
+		for _, p := range d.Frontier[name] {
+			t.add(name, formatMicros(p.BudgetUS), formatRate(p.RateRPS)+" rps", formatDelta(p.P99OverheadUS))
+		}
+	}
+	t.write(b, "")
+}
+
+// frontierOrder is the frontier's targets in result order, then any
+// others by name.
+func frontierOrder(d *document) []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, x := range d.Targets {
+		if _, ok := d.Frontier[x.Name]; ok && !seen[x.Name] {
+			names = append(names, x.Name)
+			seen[x.Name] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.Frontier)) {
+		if !seen[name] {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+func writeScorecard(b *strings.Builder, d *document) {
+	if d.Scorecard == nil {
+		return
+	}
+	section(b, "SCORECARD")
+	if len(d.Scorecard.Rows) > 0 {
+		t := table{left: 5}
+		t.add("", "case", "wire", "want", "got")
+		for _, r := range d.Scorecard.Rows {
+			verdict := "PASS"
+			if !r.Pass {
+				verdict = "FAIL"
+			}
+			t.add(verdict, r.Case, r.Wire, r.Want, r.Got)
+		}
+		t.write(b, "")
+	}
+	fmt.Fprintf(b, "%d passed, %d failed\n", d.Scorecard.Passed, d.Scorecard.Failed)
+}
+
+func writeRSS(b *strings.Builder, d *document) {
+	var t table
+	t.add("target", "samples", "start", "peak", "peak at", "end", "growth", "per stream")
+	for _, x := range d.Targets {
+		r := x.RSSSummary
+		if r == nil {
+			continue
+		}
+		perStream := "-"
+		if d.Concurrency > 0 {
+			perStream = formatBytes(r.PerStream)
+		}
+		growth := formatBytes(r.End - r.Start)
+		if r.End >= r.Start {
+			growth = "+" + growth
+		}
+		t.add(x.Name, strconv.Itoa(r.Samples), formatBytes(r.Start), formatBytes(r.Peak),
+			formatMicros(float64(time.Duration(r.PeakAt)/time.Microsecond)),
+			formatBytes(r.End), growth, perStream)
+	}
+	if len(t.rows) == 1 {
+		return
+	}
+	title := "MEMORY (resident set)"
+	if d.Concurrency > 0 {
+		title = fmt.Sprintf("MEMORY (resident set; per stream = (peak − start) / %d streams)", d.Concurrency)
+	}
+	section(b, title)
+	t.write(b, "")
+}
