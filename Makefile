@@ -11,6 +11,7 @@ MAKEFLAGS += --no-print-directory
 
 GO ?= go
 FUZZTIME ?= 30s
+BENCHTIME ?= 10s
 
 DATA := .data
 ENV_FILE := $(DATA)/services.env
@@ -39,13 +40,14 @@ endif
 
 .PHONY: help
 help: ## Show this list of targets
-	@echo 'usage: make <target> [FUZZTIME=30s]'
+	@echo 'usage: make <target> [FUZZTIME=30s] [BENCHTIME=10s]'
 	@echo
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build the gateway into .data/bin/gateway
+build: ## Build the gateway and gwbench into .data/bin
 	$(GO) build -ldflags "-X main.commit=$$(git rev-parse HEAD 2>/dev/null || echo unknown)" -o $(DATA)/bin/gateway ./cmd/gateway
+	$(GO) build -o $(DATA)/bin/gwbench ./cmd/gwbench
 
 .PHONY: run
 run: build ## Start PostgreSQL and serve the gateway with a demo key (GATEWAY_ADDR sets the address)
@@ -65,11 +67,12 @@ test: services ## Start the services, then run every test once
 	$(with_services) $(GO) test -count=1 ./...
 
 .PHONY: bench
-bench: ## Run the benchmarks of codec, hotpath and proxy (those that exist)
+bench: build ## Hot-path micro-benchmarks, then a short gateway-vs-direct comparison and the failover scorecard (reports in bench/results/)
+	@mkdir -p bench/results
 	@dirs=(); for d in $(BENCH_DIRS); do if [ -d "$$d" ]; then dirs+=("./$$d/..."); fi; done; \
-	pkgs=(); if [ $${#dirs[@]} -gt 0 ]; then mapfile -t pkgs < <($(GO) list "$${dirs[@]}"); fi; \
-	if [ $${#pkgs[@]} -eq 0 ]; then echo "bench: no packages under $(BENCH_DIRS) yet"; exit 0; fi; \
-	$(GO) test -run '^$$' -bench . -benchmem "$${pkgs[@]}"
+	$(GO) test -run '^$$' -bench . -benchmem "$${dirs[@]}" | tee bench/results/micro.txt
+	$(DEVSTACK) up
+	$(with_services) $(DATA)/bin/gwbench local --duration $(BENCHTIME) --out bench/results/latest
 
 .PHONY: lint
 lint: ## Run go vet and staticcheck

@@ -3,6 +3,7 @@ module github.com/edgegw/gateway
 go 1.26.8
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.2.0
 	github.com/VictoriaMetrics/metrics v1.35.1
 	github.com/bytedance/sonic v1.15.5
 	github.com/dgraph-io/ristretto/v2 v2.4.2

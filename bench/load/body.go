@@ -1,0 +1,262 @@
+package load
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/edgegw/gateway/bench/frameorder"
+	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath/tokens"
+)
+
+// Paths of the wires.
+const (
+	pathV1     = "/api/v1/chat"
+	pathV2     = "/api/v2/chat"
+	pathOpenAI = "/v1/chat/completions"
+)
+
+// Path returns the route a wire posts to.
+func (w Wire) Path() string {
+	switch w {
+	case WireV1:
+		return pathV1
+	case WireV2:
+		return pathV2
+	default:
+		return pathOpenAI
+	}
+}
+
+// ToolName is the function every tool-calling request declares and asks
+// the simulator to call.
+const ToolName = "get_weather"
+
+// toolsJSON declares ToolName.
+const toolsJSON = `[{"type":"function","function":{"name":"` + ToolName + `",` +
+	`"description":"Current weather in a city","parameters":{"type":"object",` +
+	`"properties":{"city":{"type":"string"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},` +
+	`"required":["city"]}}}]`
+
+// paddingSeed makes the padding words the same in every run, so that two
+// runs, and the direct and proxied sides of a comparison, send the
+// simulator the same text.
+const paddingSeed = 0x6c6f6164
+
+// variant is one request shape of a run: a wire, a tier and a fault, with
+// its body built once and shared, read-only, by every request of that shape.
+type variant struct {
+	wire   Wire
+	tier   string
+	fault  string
+	uri    string // absolute URL
+	body   []byte
+	stream bool
+	check  frameorder.Wire // 0: no frame-order check
+	weight float64         // cumulative, over the run's variants
+}
+
+// target is a parsed base URL.
+type target struct {
+	addr   string // host:port
+	tls    bool
+	prefix string // path prefix, without a trailing slash
+	origin string // scheme://host[:port]
+}
+
+func parseTarget(base string) (target, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return target{}, fmt.Errorf("cannot parse base URL %q: %w", base, err)
+	}
+	var t target
+	switch u.Scheme {
+	case "http":
+	case "https":
+		t.tls = true
+	default:
+		return target{}, fmt.Errorf("cannot use base URL %q: scheme must be http or https", base)
+	}
+	if u.Host == "" {
+		return target{}, fmt.Errorf("cannot use base URL %q: no host", base)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return target{}, fmt.Errorf("cannot use base URL %q: only scheme, host, port and path", base)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if t.tls {
+			port = "443"
+		}
+	}
+	t.addr = net.JoinHostPort(u.Hostname(), port)
+	t.prefix = strings.TrimSuffix(u.EscapedPath(), "/")
+	t.origin = u.Scheme + "://" + u.Host
+	return t, nil
+}
+
+// buildVariants returns the run's request shapes with cumulative weights
+// (the last one is 1). wire, when set, replaces the scenario's wires.
+func buildVariants(sc *Scenario, tg target, wire Wire) ([]variant, error) {
+	wires := sc.Wires
+	if wire != "" {
+		wires = map[Wire]float64{wire: 1}
+	}
+	faults := sc.Faults
+	if len(faults) == 0 {
+		faults = map[string]float64{"": 1}
+	}
+	wsum, tsum, fsum := sumWeights(wires), sumWeights(sc.Tiers), sumWeights(faults)
+	if wsum <= 0 || tsum <= 0 || fsum <= 0 {
+		return nil, errors.New("cannot build requests: scenario has no weight (call Validate)")
+	}
+	padding := tokens.AppendWords(nil, paddingSeed, sc.PromptWords)
+
+	var vs []variant
+	for _, w := range sortedKeys(wires) {
+		for _, tier := range sortedKeys(sc.Tiers) {
+			for _, fault := range sortedKeys(faults) {
+				weight := wires[w] / wsum * sc.Tiers[tier] / tsum * faults[fault] / fsum
+				if weight <= 0 {
+					continue
+				}
+				vs = append(vs, variant{
+					wire:   w,
+					tier:   tier,
+					fault:  fault,
+					uri:    tg.origin + tg.prefix + w.Path(),
+					body:   appendBody(nil, sc, w, tier, fault, padding),
+					stream: sc.Stream,
+					check:  checkerWire(sc, w),
+					weight: weight,
+				})
+			}
+		}
+	}
+	if len(vs) == 0 {
+		return nil, errors.New("cannot build requests: scenario has no weight (call Validate)")
+	}
+	var cum float64
+	for i := range vs {
+		cum += vs[i].weight
+		vs[i].weight = cum
+	}
+	for i := range vs {
+		vs[i].weight /= cum
+	}
+	vs[len(vs)-1].weight = 1
+	return vs, nil
+}
+
+func sortedKeys[K ~string](m map[K]float64) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	return keys
+}
+
+// checkerWire is the frame-order grammar a stream of wire w follows, or 0
+// when it is not checked: non-streams, and the upstream's plain stream
+// (whose chunks may carry reasoning_content and no cost).
+func checkerWire(sc *Scenario, w Wire) frameorder.Wire {
+	if !sc.Stream {
+		return 0
+	}
+	switch w {
+	case WireV1:
+		return frameorder.V1
+	case WireV2:
+		return frameorder.V2
+	case WireOpenAI:
+		if sc.IncludeUsage {
+			return frameorder.OpenAIUsage
+		}
+		return frameorder.OpenAI
+	}
+	return 0
+}
+
+// appendBody appends the JSON body of one request shape: one user message
+// of padding words and simulator directives, the tool when the scenario
+// calls tools, and the stream switches. On the upstream wire the model is
+// sim-TIER: the simulator answers any model, and the name keeps tiers
+// apart in its logs.
+func appendBody(dst []byte, sc *Scenario, w Wire, tier, fault string, padding []byte) []byte {
+	model := tier
+	if w == WireUpstream {
+		model = "sim-" + tier
+	}
+	var content []byte
+	content = append(content, padding...)
+	directive := func(name string, n int) {
+		if n > 0 {
+			content = append(content, " [[sim:"...)
+			content = append(content, name...)
+			content = append(content, '=')
+			content = strconv.AppendInt(content, int64(n), 10)
+			content = append(content, "]]"...)
+		}
+	}
+	directive("tokens", sc.ReplyTokens)
+	directive("ttft_ms", sc.TTFTms)
+	directive("itl_ms", sc.ITLms)
+	directive("reasoning", sc.ReasoningTokens)
+	if sc.Tools {
+		content = append(content, " [[sim:tool="+ToolName+"]]"...)
+	}
+	if fault != "" {
+		// Last, so that a fault such as ttft_ms=1500 overrides the
+		// scenario's own directive of that name.
+		content = append(content, ' ')
+		content = append(content, fault...)
+	}
+	if len(content) > 0 && content[0] == ' ' {
+		content = content[1:]
+	}
+
+	dst = append(dst, `{"model":`...)
+	dst = codec.AppendJSONString(dst, model)
+	dst = append(dst, `,"messages":[{"role":"user","content":`...)
+	dst = codec.AppendJSONBytes(dst, content)
+	dst = append(dst, `}]`...)
+	if sc.Stream {
+		dst = append(dst, `,"stream":true`...)
+		if sc.IncludeUsage && (w == WireOpenAI || w == WireUpstream) {
+			dst = append(dst, `,"stream_options":{"include_usage":true}`...)
+		}
+	}
+	if sc.Tools {
+		dst = append(dst, `,"tools":`...)
+		dst = append(dst, toolsJSON...)
+	}
+	return append(dst, '}')
+}
+
+// pick returns the variant of request i of a run seeded with seed: the same
+// sequence of shapes whatever order the requests are sent in.
+func pick(vs []variant, seed uint64, i uint64) *variant {
+	if len(vs) == 1 {
+		return &vs[0]
+	}
+	u := float64(splitmix64(seed^(i*0x9e3779b97f4a7c15))>>11) / (1 << 53)
+	j := sort.Search(len(vs), func(k int) bool { return vs[k].weight > u })
+	if j == len(vs) {
+		j = len(vs) - 1
+	}
+	return &vs[j]
+}
+
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}

@@ -1,0 +1,149 @@
+// Package load is the bench harness's load generator: it runs a scenario
+// against one or more targets (the upstream directly, the gateway, a
+// reference proxy, another gateway), open-loop or closed-loop, measures every
+// request as a client sees it (latency, time to first byte and first token,
+// every inter-frame gap), checks every stream's frame order, and keeps the
+// figures in HDR histograms.
+package load
+
+import (
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Wire is the chat wire a scenario speaks.
+type Wire string
+
+// The wires. WireUpstream is the plain OpenAI route of an upstream server
+// (what the simulator serves): the "direct" side of a comparison.
+const (
+	WireV1       Wire = "v1"       // POST /api/v1/chat
+	WireV2       Wire = "v2"       // POST /api/v2/chat
+	WireOpenAI   Wire = "openai"   // POST /v1/chat/completions on the gateway
+	WireUpstream Wire = "upstream" // POST /v1/chat/completions on an upstream
+)
+
+// Mode is how arrivals are generated.
+type Mode string
+
+const (
+	// ModeOpen sends at a fixed rate whatever the answers do; latency is
+	// measured from each request's intended send time, so a stall cannot
+	// hide behind requests that were never sent (no coordinated omission).
+	ModeOpen Mode = "open"
+	// ModeClosed runs N clients, each sending its next request when the
+	// previous one ends.
+	ModeClosed Mode = "closed"
+)
+
+// Scenario is one load shape, read from a YAML file.
+type Scenario struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+
+	// Wires weights the wires requests go to; one entry is the usual case.
+	Wires map[Wire]float64 `yaml:"wires"`
+	// Tiers weights the model named in requests (kavi, vaani, mira, auto).
+	Tiers  map[string]float64 `yaml:"tiers"`
+	Stream bool               `yaml:"stream"`
+	// IncludeUsage asks for the usage frame on the OpenAI wires.
+	IncludeUsage bool `yaml:"include_usage"`
+
+	// PromptWords pads the user message to about this many words.
+	PromptWords int `yaml:"prompt_words"`
+	// ReplyTokens, TTFTms, ITLms and ReasoningTokens become simulator
+	// directives ([[sim:tokens=N]] and so on).
+	ReplyTokens     int  `yaml:"reply_tokens"`
+	TTFTms          int  `yaml:"ttft_ms"`
+	ITLms           int  `yaml:"itl_ms"`
+	ReasoningTokens int  `yaml:"reasoning_tokens"`
+	Tools           bool `yaml:"tools"` // declare a tool and ask the simulator to call it
+	// Faults weights extra directives ([[sim:fault=reset]], [[sim:status=503]],
+	// ...) mixed into requests; the empty directive "" is a healthy request.
+	Faults map[string]float64 `yaml:"faults"`
+
+	Mode        Mode    `yaml:"mode"`
+	Rate        float64 `yaml:"rate"`        // requests per second (open loop)
+	Poisson     bool    `yaml:"poisson"`     // exponential gaps instead of constant ones
+	Concurrency int     `yaml:"concurrency"` // clients (closed loop)
+	// MaxInFlight caps the requests an open loop keeps in flight; a request
+	// due while the cap is reached is not sent and counts as an error with
+	// code harness_backlog. Default: four times what the rate and the
+	// expected reply time need, at least 16.
+	MaxInFlight int           `yaml:"max_in_flight"`
+	Warmup      time.Duration `yaml:"warmup"`       // sent but not reported; negative: none
+	Duration    time.Duration `yaml:"duration"`     // measured window, after the warm-up
+	MaxRequests int           `yaml:"max_requests"` // stop after this many measured requests (0: no bound)
+	Timeout     time.Duration `yaml:"timeout"`      // per request; default 60s
+
+	// SampleRSS samples the gateway's resident memory (by pid or URL of
+	// its /metrics) every interval, for soak runs.
+	SampleRSS time.Duration `yaml:"sample_rss"`
+}
+
+// Target is one base URL to load: the upstream directly or a proxy in
+// front of it.
+type Target struct {
+	Name    string // "direct", "gateway", "refproxy", ...
+	BaseURL string // http://127.0.0.1:8080
+	Key     string // Bearer key; empty for an upstream that needs none
+	// Wire overrides the scenario's wires: the direct side of a comparison
+	// always speaks WireUpstream.
+	Wire Wire
+	// PID, when set, lets soak runs sample the target's resident memory.
+	PID int
+}
+
+// Histograms hold microseconds, from 1 µs to 10 minutes, 3 significant
+// figures.
+func NewHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3)
+}
+
+// Result is what one target did under one scenario, for the measured
+// window only.
+type Result struct {
+	Scenario string        `json:"scenario"`
+	Target   string        `json:"target"`
+	BaseURL  string        `json:"base_url"`
+	Started  time.Time     `json:"started"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
+
+	Requests  int64            `json:"requests"`
+	Completed int64            `json:"completed"` // 2xx and, for streams, a complete stream
+	Errors    int64            `json:"errors"`    // transport errors, non-2xx, broken streams
+	ByStatus  map[int]int64    `json:"by_status"`
+	ByCode    map[string]int64 `json:"by_code"` // error codes from envelopes and stream error frames
+	Bytes     int64            `json:"bytes"`
+	Frames    int64            `json:"frames"`
+	// Throughput is completed requests per second of the measured window.
+	Throughput float64 `json:"throughput_rps"`
+
+	// Latency is from the intended send time (open loop) or the actual send
+	// time (closed loop) to the last byte.
+	Latency    *hdrhistogram.Histogram `json:"-"`
+	TTFB       *hdrhistogram.Histogram `json:"-"` // to the first response byte
+	TTFT       *hdrhistogram.Histogram `json:"-"` // to the first content (or tool-call) frame
+	InterFrame *hdrhistogram.Histogram `json:"-"` // every gap between two frames of a stream
+
+	// FrameViolations counts streams whose frames broke their wire's
+	// grammar; the first few are kept whole for a human to read.
+	FrameViolations int64    `json:"frame_violations"`
+	FirstViolations []string `json:"first_violations,omitempty"`
+
+	// RSS samples (bytes) when the scenario asks for them.
+	RSS []RSSSample `json:"rss,omitempty"`
+
+	// Rounds is how many interleaved rounds Compare ran (0 for Run).
+	Rounds int `json:"rounds,omitempty"`
+}
+
+// RSSSample is one reading of a process's resident memory.
+type RSSSample struct {
+	At    time.Duration `json:"at_ns"` // since the run started
+	Bytes int64         `json:"bytes"`
+}
+
+// Percentiles are the ones every report shows.
+var Percentiles = []float64{50, 90, 99, 99.9, 100}
