@@ -158,30 +158,43 @@ func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breake
 func (up *Upstream) Model() string { return up.cfg.Model }
 
 // idleConn bounds each read by an idle timeout, without lifting a deadline
-// the client set for the whole exchange.
+// the client set for the whole exchange. Moving a deadline costs a runtime
+// timer update, so it is moved only when a quarter of the idle bound has
+// passed: a stall is then caught between 3/4 and 1 of the bound.
 type idleConn struct {
 	net.Conn
 	idle time.Duration
 	hard time.Time
+	set  time.Time // the read deadline in force
 }
 
 func (c *idleConn) SetDeadline(t time.Time) error {
-	c.hard = t
+	c.hard, c.set = t, t
 	return c.Conn.SetDeadline(t)
 }
 
 func (c *idleConn) SetReadDeadline(t time.Time) error {
-	c.hard = t
+	c.hard, c.set = t, t
 	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *idleConn) Read(p []byte) (int, error) {
-	d := time.Now().Add(c.idle)
-	if !c.hard.IsZero() && c.hard.Before(d) {
-		d = c.hard
+	now := time.Now()
+	want := now.Add(c.idle)
+	if !c.hard.IsZero() && c.hard.Before(want) {
+		want = c.hard
 	}
-	if err := c.Conn.SetReadDeadline(d); err != nil {
-		return 0, err
+	// Move the deadline when the one in force is later than wanted (a far
+	// deadline the client set), or nearer than 3/4 of the bound and not the
+	// client's own.
+	if c.set.IsZero() || c.set.After(want) || c.set.Sub(now) < c.idle-c.idle/4 && !c.set.Equal(c.hard) {
+		if err := c.Conn.SetReadDeadline(want); err != nil {
+			return 0, err
+		}
+		c.set = want
 	}
 	return c.Conn.Read(p)
 }
+
+// Retries is how many times a failed attempt is retried.
+func (up *Upstream) Retries() int { return up.cfg.Retries }

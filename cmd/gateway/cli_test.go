@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,4 +220,24 @@ func keys(m map[string]any) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// Retries default to the upstream's bounded retries unless the file says
+// otherwise; 0 in the file means none.
+func TestRetriesConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "g.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("tiers:\n  kavi:\n    retries: 0\n  vaani:\n    retries: 4\n"), 0o600))
+	st, err := loadSettings(p)
+	require.NoError(t, err)
+	require.Nil(t, st.Bindings["mira"].Retries, "unset: the default")
+	require.Equal(t, 0, *st.Bindings["kavi"].Retries)
+	require.Equal(t, 4, *st.Bindings["vaani"].Retries)
+	a := &app{cfg: serveConfig{}}
+	ups, err := a.buildUpstreams(st, newLogger(io.Discard, "json", "info"))
+	require.NoError(t, err)
+	require.Equal(t, 2, ups["mira"].Retries(), "the default retries twice")
+	require.Equal(t, 0, ups["kavi"].Retries())
+	require.Equal(t, 4, ups["vaani"].Retries())
+	a.sim.Shutdown()
 }

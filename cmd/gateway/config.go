@@ -68,7 +68,8 @@ type binding struct {
 	SystemPrompt      string
 	Reasons           bool
 	StreamIdleTimeout time.Duration
-	Retries           int
+	// Retries is nil when the file does not say: the upstream default.
+	Retries *int
 }
 
 // settings is everything the config file decides.
@@ -160,7 +161,9 @@ func (tc tierConfig) bind(b *binding, providers map[string]providerConfig) error
 	set(&b.SystemPrompt, tc.SystemPrompt)
 	set(&b.Reasons, tc.Reasons)
 	set(&b.StreamIdleTimeout, tc.StreamIdleTimeout)
-	set(&b.Retries, tc.Retries)
+	if tc.Retries != nil {
+		b.Retries = tc.Retries
+	}
 	if _, ok := providers[b.Provider]; !ok && b.Provider != simProvider {
 		return fmt.Errorf("provider: %q is not defined under providers (or use %q)", b.Provider, simProvider)
 	}
@@ -170,7 +173,7 @@ func (tc tierConfig) bind(b *binding, providers map[string]providerConfig) error
 	if b.StreamIdleTimeout < 0 {
 		return errors.New("stream_idle_timeout: must not be negative")
 	}
-	if b.Retries < 0 || b.Retries > 10 {
+	if b.Retries != nil && (*b.Retries < 0 || *b.Retries > 10) {
 		return errors.New("retries: must be between 0 and 10")
 	}
 	return nil

@@ -24,10 +24,14 @@ func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.U
 		b := st.Bindings[t.Name]
 		uc := proxy.UpstreamConfig{
 			Model: b.UpstreamModel, SystemPrompt: b.SystemPrompt, Reasons: b.Reasons,
-			StreamIdle: b.StreamIdleTimeout, Retries: b.Retries,
+			StreamIdle: b.StreamIdleTimeout,
 		}
-		if b.Retries == 0 {
-			uc.Retries = -1
+		switch {
+		case b.Retries == nil: // the upstream default
+		case *b.Retries == 0:
+			uc.Retries = -1 // none
+		default:
+			uc.Retries = *b.Retries
 		}
 		if b.Provider == simProvider {
 			if simLn == nil {

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/edgegw/gateway/bench/faults"
-	"github.com/edgegw/gateway/bench/frameorder"
 	"github.com/edgegw/gateway/bench/load"
 )
 
@@ -29,20 +28,6 @@ func listen(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("cannot listen on %s: %w", addr, err)
 	}
 	return ln, nil
-}
-
-func wireName(w frameorder.Wire) string {
-	switch w {
-	case frameorder.V1:
-		return "v1"
-	case frameorder.V2:
-		return "v2"
-	case frameorder.OpenAI:
-		return "openai"
-	case frameorder.OpenAIUsage:
-		return "openai+usage"
-	}
-	return "?"
 }
 
 // child is a process the local stack started.
@@ -178,6 +163,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&dbURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL for the gateway [$DATABASE_URL]")
 	fs.StringVar(&scenarios, "scenarios", "chat-nonstream,chat-stream-256tok", "comma-separated scenarios to compare")
 	frontier := fs.Bool("frontier", false, "also search the throughput frontier (slower)")
+	budget := fs.Bool("budget", true, "measure the performance budget (saturation, half-saturation overhead, streaming) instead of --scenarios")
 	withFaults := fs.Bool("faults", true, "also run the failover scorecard")
 	nginx := fs.String("nginx", "auto", "also compare nginx as a reverse proxy: auto (when installed), on or off")
 	if err := parse(fs, args); err != nil {
@@ -244,7 +230,17 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	targets = append(targets, load.Target{Name: "gateway", BaseURL: "http://" + gw.addr, Key: key, PID: gw.pid})
 
+	if *budget {
+		b := &budgetRun{targets: targets, opt: c.options(stderr), duration: c.duration, out: out, stdout: stdout}
+		if err := b.run(ctx); err != nil {
+			return err
+		}
+		scenarios = ""
+	}
 	for _, name := range strings.Split(scenarios, ",") {
+		if strings.TrimSpace(name) == "" {
+			continue
+		}
 		c.scenario = strings.TrimSpace(name)
 		sc, err := c.load()
 		if err != nil {

@@ -4,7 +4,7 @@
 //	gwbench run      --scenario NAME|FILE --target URL [--key KEY]
 //	gwbench compare  --scenario NAME|FILE --direct URL --gateway URL --key KEY [--also NAME=URL]...
 //	gwbench faults   --gateway URL --key KEY
-//	gwbench local    [--scenarios a,b] [--frontier] [--faults]   start simulator, gateway and reference proxy here, then compare
+//	gwbench local    [--budget] [--scenarios a,b] [--frontier] [--faults]   start simulator, gateway and reference proxy here, measure
 //	gwbench refproxy --upstream URL [--addr ADDR]
 //	gwbench scenarios
 //
@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -297,11 +298,28 @@ func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return writeScores(scores, out, stdout)
 }
 
+// writeScores prints the scorecard and, with out, keeps it as
+// scorecard.txt and scorecard.json there.
 func writeScores(scores []faults.Score, out string, stdout io.Writer) error {
-	_, fail := faults.WriteTable(stdout, scores)
+	var table strings.Builder
+	_, fail := faults.WriteTable(&table, scores)
+	fmt.Fprint(stdout, table.String())
 	if out != "" {
-		c := &report.Comparison{Scenario: "faults", Scorecard: scoreRows(scores)}
-		if _, err := report.WriteAll(out, c); err != nil {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "scorecard.txt"), []byte(table.String()), 0o644); err != nil {
+			return err
+		}
+		rows := make([]report.ScoreRow, 0, len(scores))
+		for _, s := range scores {
+			rows = append(rows, report.ScoreRow{Case: s.Case.Name, Wire: s.Wire.String(), Want: s.Want, Got: s.Got, Pass: s.Pass})
+		}
+		raw, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "scorecard.json"), raw, 0o644); err != nil {
 			return err
 		}
 	}
@@ -309,14 +327,6 @@ func writeScores(scores []faults.Score, out string, stdout io.Writer) error {
 		return errScoreFailed
 	}
 	return nil
-}
-
-func scoreRows(scores []faults.Score) []report.ScoreRow {
-	rows := make([]report.ScoreRow, 0, len(scores))
-	for _, s := range scores {
-		rows = append(rows, report.ScoreRow{Case: s.Case.Name, Wire: wireName(s.Wire), Want: s.Want, Got: s.Got, Pass: s.Pass})
-	}
-	return rows
 }
 
 func runRefproxy(ctx context.Context, args []string, stderr io.Writer) error {

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/edgegw/gateway/bench/load"
+	"github.com/edgegw/gateway/bench/report"
+)
+
+// budgetLine is one line of the performance budget with what was measured.
+type budgetLine struct {
+	What     string
+	Measured string
+	Budget   string
+	Pass     bool
+}
+
+// budgetRun measures the gateway's performance budget on a local stack:
+// targets are direct, refproxy, [nginx], gateway, in that order.
+type budgetRun struct {
+	targets  []load.Target
+	opt      load.Options
+	duration time.Duration
+	out      string
+	stdout   io.Writer
+	lines    []budgetLine
+}
+
+func (b *budgetRun) byName(results []*load.Result, name string) *load.Result {
+	for _, r := range results {
+		if r.Target == name {
+			return r
+		}
+	}
+	return nil
+}
+
+func (b *budgetRun) scenario(name string) (*load.Scenario, error) {
+	sc, err := load.LoadScenario(name)
+	if err != nil {
+		return nil, err
+	}
+	if b.duration > 0 {
+		sc.Duration = b.duration
+	}
+	return sc, sc.Validate()
+}
+
+func (b *budgetRun) add(what string, measured, budget time.Duration, upper bool) {
+	pass := measured <= budget
+	if !upper {
+		pass = measured >= budget
+	}
+	b.lines = append(b.lines, budgetLine{What: what, Measured: fmtDur(measured), Budget: "≤ " + fmtDur(budget), Pass: pass})
+}
+
+func fmtDur(d time.Duration) string {
+	if d < 0 {
+		return "-" + fmtDur(-d)
+	}
+	if d < time.Millisecond {
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	}
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+func (b *budgetRun) compare(ctx context.Context, sc *load.Scenario, name string) ([]*load.Result, error) {
+	results, err := load.Compare(ctx, sc, b.targets, b.opt)
+	if err != nil {
+		return nil, err
+	}
+	cmp := &report.Comparison{Scenario: name, Results: results, Concurrency: sc.Concurrency}
+	if err := write(cmp, filepath.Join(b.out, name), b.stdout); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// run measures every budget line the harness can reach on this machine.
+func (b *budgetRun) run(ctx context.Context) error {
+	// Throughput at saturation, against the bare reference proxy.
+	sat, err := b.scenario("chat-nonstream")
+	if err != nil {
+		return err
+	}
+	results, err := b.compare(ctx, sat, "saturation")
+	if err != nil {
+		return err
+	}
+	direct, ref, gw := b.byName(results, "direct"), b.byName(results, "refproxy"), b.byName(results, "gateway")
+	ratio := load.ThroughputRatio(gw, ref)
+	b.lines = append(b.lines, budgetLine{What: "throughput at saturation, gateway / reference proxy",
+		Measured: fmt.Sprintf("%.2f (%.0f / %.0f rps)", ratio, gw.Throughput, ref.Throughput), Budget: "≥ 0.80", Pass: ratio >= 0.8})
+
+	// Overhead at half the direct path's saturation rate, open loop.
+	half := *sat
+	half.Name = "chat-nonstream-half-saturation"
+	half.Mode, half.Rate, half.Concurrency = load.ModeOpen, direct.Throughput/2, 0
+	if err := half.Validate(); err != nil {
+		return err
+	}
+	results, err = b.compare(ctx, &half, half.Name)
+	if err != nil {
+		return err
+	}
+	over := load.Overhead(b.byName(results, "direct"), b.byName(results, "gateway"), "latency")
+	rate := fmt.Sprintf(" at %.0f rps", half.Rate)
+	b.add("non-streaming overhead p50"+rate, over[50], 150*time.Microsecond, true)
+	b.add("non-streaming overhead p99"+rate, over[99], time.Millisecond, true)
+
+	// Streaming 256 tokens.
+	st, err := b.scenario("chat-stream-256tok")
+	if err != nil {
+		return err
+	}
+	results, err = b.compare(ctx, st, st.Name)
+	if err != nil {
+		return err
+	}
+	d, g := b.byName(results, "direct"), b.byName(results, "gateway")
+	b.add("streaming: added inter-frame gap p99", load.Overhead(d, g, "interframe")[99], 100*time.Microsecond, true)
+	b.add("streaming: added time to first token p99", load.Overhead(d, g, "ttft")[99], time.Millisecond, true)
+	b.lines = append(b.lines, budgetLine{What: "streaming: frame-order violations", Measured: fmt.Sprint(g.FrameViolations),
+		Budget: "0", Pass: g.FrameViolations == 0})
+	return b.write()
+}
+
+func (b *budgetRun) write() error {
+	var sb strings.Builder
+	sb.WriteString("PERFORMANCE BUDGET\n")
+	width := 0
+	for _, l := range b.lines {
+		width = max(width, len([]rune(l.What)))
+	}
+	pass, fail := 0, 0
+	for _, l := range b.lines {
+		verdict := "PASS"
+		if !l.Pass {
+			verdict = "FAIL"
+			fail++
+		} else {
+			pass++
+		}
+		fmt.Fprintf(&sb, "%-*s  %-28s %-10s %s\n", width, l.What, l.Measured, l.Budget, verdict)
+	}
+	fmt.Fprintf(&sb, "%d passed, %d failed\n", pass, fail)
+	fmt.Fprint(b.stdout, "\n"+sb.String())
+	return os.WriteFile(filepath.Join(b.out, "budget.txt"), []byte(sb.String()), 0o644)
+}
