@@ -356,6 +356,10 @@ const (
 // shows the upstream's error body.
 func (t *turn) classify(resp *fasthttp.Response, err error) (attempt, *codec.Error, time.Duration) {
 	br := t.up.Breaker
+	if errors.Is(err, fasthttp.ErrNoFreeConns) {
+		// Our own connection cap, not the upstream's health.
+		return attemptRetry, errOverloaded, 0
+	}
 	if err != nil {
 		br.Failure()
 		if isTimeout(err) {

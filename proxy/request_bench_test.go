@@ -2,11 +2,12 @@ package proxy
 
 import (
 	"bytes"
-	"io"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 )
 
 // cannedTransport answers every upstream call with one fixed completion,
@@ -89,21 +90,28 @@ func (s streamTransport) RoundTrip(_ *fasthttp.HostClient, _ *fasthttp.Request, 
 	return false, nil
 }
 
-// streamHarness drives one whole streaming request and drains the client
-// side of the response into io.Discard.
+// streamHarness drives whole streaming requests through a real fasthttp
+// server on an in-memory listener: a stream takes its connection over, so it
+// needs one. The client side writes a prebuilt request and drains the
+// connection into a reused buffer, so what it allocates is the same for
+// every request.
 type streamHarness struct {
-	requestHarness
+	ln  *fasthttputil.InmemoryListener
+	req []byte
+	buf []byte
 }
 
 func newStreamHarness(t testing.TB, frames int) *streamHarness {
 	fx := newChatFixture(t, func(o *fixtureOptions) {
 		o.upstream = func(c *UpstreamConfig) { c.Transport = newStreamTransport(frames) }
 	})
-	f := &streamHarness{requestHarness{handler: fx.handler}}
-	f.ctx.Request.Header.SetMethod(fasthttp.MethodPost)
-	f.ctx.Request.SetRequestURI("/api/v1/chat")
-	f.ctx.Request.Header.Set("Authorization", "Bearer "+fx.key)
-	f.ctx.Request.SetBodyString(strings.Replace(benchBody, `{"model"`, `{"stream":true,"model"`, 1))
+	f := &streamHarness{ln: fasthttputil.NewInmemoryListener(), buf: make([]byte, 64<<10)}
+	srv := &fasthttp.Server{Handler: fx.handler}
+	go func() { _ = srv.Serve(f.ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	body := strings.Replace(benchBody, `{"model"`, `{"stream":true,"model"`, 1)
+	f.req = []byte("POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + fx.key +
+		"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 	f.stream(t)
 	fx.verify.Wait()
 	for range 20 {
@@ -113,13 +121,24 @@ func newStreamHarness(t testing.TB, frames int) *streamHarness {
 }
 
 func (f *streamHarness) stream(t testing.TB) {
-	f.ctx.Response.Reset()
-	f.handler(&f.ctx)
-	if f.ctx.Response.StatusCode() != fasthttp.StatusOK {
-		t.Fatalf("status %d: %s", f.ctx.Response.StatusCode(), f.ctx.Response.Body())
-	}
-	if err := f.ctx.Response.BodyWriteTo(io.Discard); err != nil {
+	c, err := f.ln.Dial()
+	if err != nil {
 		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(f.req); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		m, err := c.Read(f.buf[n:])
+		n += m
+		if err != nil {
+			break
+		}
+		if n == len(f.buf) {
+			n = 0
+		}
 	}
 }
 

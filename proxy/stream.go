@@ -1,11 +1,11 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -16,8 +16,11 @@ import (
 )
 
 // openStream calls the upstream (retrying only while nothing has reached
-// the client) and hands the open stream to the body writer, which owns t
-// from then on.
+// the client) and then takes the client connection over: the response head
+// is written here, and the frames are written straight to the socket from
+// one goroutine, which owns t from then on. A stream costs one goroutine and
+// no pipe; its body ends when the connection closes (Connection: close), so
+// a failure can never be mistaken for a complete chunked body.
 func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request) error {
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = true
@@ -28,10 +31,14 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request) error
 		fasthttp.ReleaseResponse(resp)
 		return cerr
 	}
-	ctx.SetContentType("text/event-stream")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	h := &ctx.Response.Header
+	h.SetContentType("text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	h.SetContentLength(-2) // the body ends with the connection
+	t.out = h.AppendBytes(t.out[:0])
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
 		defer func() {
 			// The edge's recovery ended with the handler; a panic here
 			// must not take the process down, and must free everything.
@@ -45,14 +52,39 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request) error
 			releaseTurn(t)
 			gate.Release()
 		}()
-		t.pump(w, resp)
+		w := clientWriter{Conn: c, bound: t.up.cfg.StreamIdle}
+		t.pump(&w, resp)
 	})
 	return nil
 }
 
+// clientWriter writes frames to the client's socket. A client that stops
+// reading for longer than the bound is treated as gone; the write deadline
+// moves only when a quarter of the bound has passed.
+type clientWriter struct {
+	net.Conn
+	bound time.Duration
+	set   time.Time
+}
+
+func (w *clientWriter) Write(p []byte) (int, error) {
+	now := time.Now()
+	if w.set.Sub(now) < w.bound-w.bound/4 {
+		w.set = now.Add(w.bound)
+		if err := w.Conn.SetWriteDeadline(w.set); err != nil {
+			return 0, err
+		}
+	}
+	return w.Conn.Write(p)
+}
+
 var scannerPool = sync.Pool{New: func() any { return codec.NewSSEScanner(1 << 20) }}
 
-var readBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+// readBufPool holds the buffers the pump reads upstream bytes into. The
+// client's own reader already buffers the socket, and the scanner carries
+// partial events across reads, so a small buffer costs nothing in speed
+// and keeps an idle open stream cheap.
+var readBufPool = sync.Pool{New: func() any { b := make([]byte, 2<<10); return &b }}
 
 var (
 	doneData     = []byte("[DONE]")
@@ -75,11 +107,11 @@ type streamState struct {
 // the wire, flushing per event. It returns when the stream completes, fails
 // or the client leaves; the caller closes the upstream body, which cancels
 // the upstream call when it has not finished.
-func (t *turn) pump(w *bufio.Writer, resp *fasthttp.Response) {
+func (t *turn) pump(w io.Writer, resp *fasthttp.Response) {
 	began := time.Now()
 	defer func() { t.ch.m.streamDuration.Update(time.Since(began).Seconds()) }()
 
-	t.out = t.out[:0]
+	// t.out holds the response head; the first frame goes out with it.
 	if t.wire == ChatV2 {
 		t.out = codec.AppendV2Start(t.out, &t.head, t.requestID, &t.routing)
 	} else {
@@ -163,7 +195,7 @@ func (t *turn) pump(w *bufio.Writer, resp *fasthttp.Response) {
 
 // drain turns every complete upstream event into client frames. It returns
 // false when the client is gone.
-func (t *turn) drain(w *bufio.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *streamState) bool {
+func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *streamState) bool {
 	for {
 		ev, ok, err := sc.Next()
 		if err != nil {
@@ -233,7 +265,7 @@ func (t *turn) drain(w *bufio.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, 
 // fail ends a stream that broke after it opened, the way each wire says:
 // /api/v1/chat just stops; the OpenAI route sends an error frame instead of
 // [DONE]; /api/v2/chat sends an error event. What was delivered is billed.
-func (t *turn) fail(w *bufio.Writer, cerr *codec.Error) {
+func (t *turn) fail(w io.Writer, cerr *codec.Error) {
 	t.ch.m.streamsBroken.Inc()
 	t.ch.cfg.Log.Warn("stream failed after it opened", "request_id", string(t.requestID), "tier", t.up.Tier.Name,
 		"code", cerr.Code.String())
@@ -250,13 +282,11 @@ func (t *turn) fail(w *bufio.Writer, cerr *codec.Error) {
 	t.flush(w)
 }
 
-// flush writes t.out and flushes it to the client; false means the client
-// is gone.
-func (t *turn) flush(w *bufio.Writer) bool {
-	if _, err := w.Write(t.out); err != nil {
-		return false
-	}
-	return w.Flush() == nil
+// flush writes t.out to the client in one write; false means the client is
+// gone.
+func (t *turn) flush(w io.Writer) bool {
+	_, err := w.Write(t.out)
+	return err == nil
 }
 
 // isTimeout reports a deadline or idle bound that passed, whatever the

@@ -27,7 +27,8 @@ type UpstreamConfig struct {
 	// Reasons tells whether the model produces a reasoning trace and takes
 	// reasoning_effort.
 	Reasons bool
-	// MaxConns bounds connections to the provider. Default 1024.
+	// MaxConns bounds connections to the provider. A stream holds one for
+	// its whole life, so the default is high: 65536.
 	MaxConns int
 	// StreamIdle bounds the silence between two reads of a stream before it
 	// is treated as stalled. Default 60s.
@@ -59,7 +60,7 @@ func (c *UpstreamConfig) Validate() error {
 		return errors.New("model: must be set")
 	}
 	if c.MaxConns == 0 {
-		c.MaxConns = 1024
+		c.MaxConns = 65536
 	}
 	if c.StreamIdle == 0 {
 		c.StreamIdle = 60 * time.Second
@@ -128,9 +129,14 @@ func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breake
 	}
 	newClient := func(idle time.Duration) *fasthttp.HostClient {
 		hc := &fasthttp.HostClient{
-			Addr:                          addr,
-			IsTLS:                         isTLS,
-			MaxConns:                      cfg.MaxConns,
+			Addr:               addr,
+			IsTLS:              isTLS,
+			MaxConns:           cfg.MaxConns,
+			MaxConnWaitTimeout: time.Second, // at the cap, wait briefly for a free connection
+			// Small socket buffers: a stream holds its connection for
+			// minutes, and SSE frames and chat heads are small.
+			ReadBufferSize:                2048,
+			WriteBufferSize:               2048,
 			MaxIdleConnDuration:           90 * time.Second,
 			NoDefaultUserAgentHeader:      true,
 			DisableHeaderNamesNormalizing: false,
