@@ -13,6 +13,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/bench/frameorder"
 )
 
 // startSimProcess runs `gateway sim` as its own process on a free port and
@@ -152,10 +154,13 @@ func TestOpenAISDK(t *testing.T) {
 // Every wire streams through a real listener against the simulator process.
 func TestThreeWiresAgainstSimulatorProcess(t *testing.T) {
 	ta, tn := startAgainstSimProcess(t)
+	wires := map[string]frameorder.Wire{"/api/v1/chat": frameorder.V1, "/api/v2/chat": frameorder.V2, "/v1/chat/completions": frameorder.OpenAI}
 	for _, path := range []string{"/api/v1/chat", "/api/v2/chat", "/v1/chat/completions"} {
 		r := ta.call(t, "POST", path, tn.key, map[string]any{"model": "kavi", "stream": true,
 			"messages": []map[string]any{{"role": "user", "content": "x [[sim:reasoning=2]] [[sim:tokens=3]]"}}})
 		require.Equal(t, 200, r.status, path)
+		out := frameorder.CheckStream(wires[path], r.raw)
+		require.True(t, out.OK(), "%s: %s", path, out.Violation)
 		require.Equal(t, "text/event-stream", r.header.Get("Content-Type"))
 		require.NotContains(t, string(r.raw), "sim-large")
 		if path == "/api/v2/chat" {
