@@ -317,18 +317,24 @@ func appendMessage(dst []byte, a *Answer, nullContent bool) []byte {
 	return append(dst, '}')
 }
 
-// AppendV1Completion appends the flattened /api/v1/chat completion.
-func AppendV1Completion(dst []byte, h *Head, a *Answer, b *Bill, gw []byte) []byte {
+// appendNativeHead opens a native completion: id, created (after the
+// created prefix, which may name the object), model, message and finish.
+func appendNativeHead(dst []byte, h *Head, a *Answer, created string) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = AppendJSONBytes(dst, h.ID)
-	dst = append(dst, `,"object":"chat.completion","created":`...)
+	dst = append(dst, created...)
 	dst = strconv.AppendInt(dst, h.Created, 10)
 	dst = append(dst, `,"model":`...)
 	dst = AppendJSONString(dst, h.Model)
 	dst = append(dst, `,"message":`...)
 	dst = appendMessage(dst, a, false)
 	dst = append(dst, `,"finish_reason":`...)
-	dst = AppendJSONString(dst, a.Finish)
+	return AppendJSONString(dst, a.Finish)
+}
+
+// AppendV1Completion appends the flattened /api/v1/chat completion.
+func AppendV1Completion(dst []byte, h *Head, a *Answer, b *Bill, gw []byte) []byte {
+	dst = appendNativeHead(dst, h, a, `,"object":"chat.completion","created":`)
 	dst = append(dst, `,"usage":`...)
 	dst = AppendNativeUsage(dst, b)
 	dst = append(dst, `,"gw":`...)
@@ -338,16 +344,7 @@ func AppendV1Completion(dst []byte, h *Head, a *Answer, b *Bill, gw []byte) []by
 
 // AppendV2Completion appends the native /api/v2/chat completion.
 func AppendV2Completion(dst []byte, h *Head, a *Answer, b *Bill, requestID []byte, r *Routing) []byte {
-	dst = append(dst, `{"id":`...)
-	dst = AppendJSONBytes(dst, h.ID)
-	dst = append(dst, `,"created":`...)
-	dst = strconv.AppendInt(dst, h.Created, 10)
-	dst = append(dst, `,"model":`...)
-	dst = AppendJSONString(dst, h.Model)
-	dst = append(dst, `,"message":`...)
-	dst = appendMessage(dst, a, false)
-	dst = append(dst, `,"finish_reason":`...)
-	dst = AppendJSONString(dst, a.Finish)
+	dst = appendNativeHead(dst, h, a, `,"created":`)
 	dst = append(dst, `,"routing":`...)
 	dst = appendRouting(dst, r)
 	dst = append(dst, `,"request_id":`...)

@@ -120,7 +120,7 @@ func startProcess(t *testing.T, bin, dbURL string) *process {
 // refused by the other within a second, carried by PostgreSQL notifications.
 func TestRevocationReachesEveryProcess(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and starts two gateway processes")
+		t.Skip("short mode: this test builds and starts two gateway processes")
 	}
 	dbURL := storetest.DatabaseURL(t)
 	bin := buildGateway(t)
