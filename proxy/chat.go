@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -48,6 +49,10 @@ type Chat struct {
 	ups   []*Upstream // by tier index
 	gate  *hotpath.Gate
 	m     chatMetrics
+	// streams counts streams that own their connection; the server's own
+	// shutdown no longer sees them, so Drain waits for them.
+	streams sync.WaitGroup
+	open    atomic.Int64 // streams open now, for the gauge
 
 	errImages *codec.Error // image_not_supported naming the tiers that read images
 }
@@ -97,6 +102,7 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		retries:        s.NewCounter(`gateway_chat_upstream_retries_total`),
 	}
 	s.NewGauge(`gateway_chat_in_flight`, func() float64 { return float64(ch.gate.InFlight()) })
+	s.NewGauge(`gateway_chat_open_streams`, func() float64 { return float64(ch.open.Load()) })
 	for _, t := range cfg.Tiers {
 		ch.m.inputTokens[t.Name] = s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="input"}`, t.Name))
 		ch.m.outputTokens[t.Name] = s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="output"}`, t.Name))
@@ -159,6 +165,19 @@ func releaseTurn(t *turn) {
 	}
 	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid}
 	turnPool.Put(t)
+}
+
+// Drain waits until every open stream has ended, or ctx ends; it reports
+// whether they all did. Call it after the listener stopped accepting.
+func (ch *Chat) Drain(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() { ch.streams.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // errConcurrency is the preallocated refusal at the in-flight ceiling.

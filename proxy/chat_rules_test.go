@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net"
 	"strconv"
@@ -508,4 +509,24 @@ func TestClientDisconnectClosesUpstreamConnection(t *testing.T) {
 	require.NoError(t, conn.Close())
 	require.Eventually(t, func() bool { return up.closed.Load() >= 1 }, 2*time.Second, 5*time.Millisecond,
 		"the upstream connection is closed when the client leaves")
+}
+
+// Shutdown waits for open streams: they own their connections, so the
+// server's own shutdown does not see them.
+func TestDrainWaitsForStreams(t *testing.T) {
+	f := newChatFixture(t)
+	done := make(chan chatReply)
+	go func() {
+		done <- f.post(t, "/api/v1/chat", `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x [[sim:tokens=20]] [[sim:itl_ms=10]]"}]}`)
+	}()
+	require.Eventually(t, func() bool { return f.chat.open.Load() == 1 }, 2*time.Second, time.Millisecond)
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	require.False(t, f.chat.Drain(short), "a stream is still open")
+	cancel()
+	long, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.True(t, f.chat.Drain(long))
+	r := <-done
+	require.Equal(t, 200, r.status)
+	require.Contains(t, string(r.body), "data: [DONE]", "the stream was allowed to finish")
 }

@@ -38,7 +38,11 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request) error
 	h.SetContentLength(-2) // the body ends with the connection
 	t.out = h.AppendBytes(t.out[:0])
 	ctx.HijackSetNoResponse(true)
+	ch := t.ch
+	ch.streams.Add(1)
+	ch.open.Add(1)
 	ctx.Hijack(func(c net.Conn) {
+		defer func() { ch.open.Add(-1); ch.streams.Done() }()
 		defer func() {
 			// The edge's recovery ended with the handler; a panic here
 			// must not take the process down, and must free everything.

@@ -199,6 +199,7 @@ type app struct {
 	admin    *http.Server
 	adminLn  net.Listener
 	sim      *sim.Server
+	chat     *proxy.Chat
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -271,6 +272,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		return nil, err
 	}
 	chat.Register(rt)
+	a.chat = chat
 	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit()}
 	a.api.Register(rt)
 
@@ -340,6 +342,11 @@ func (a *app) shutdown() {
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 		if err := a.server.ShutdownWithContext(ctx); err != nil {
 			a.log.Warn("requests still in flight at shutdown", "err", err)
+		}
+		// Streams own their connections: the server's shutdown does not
+		// wait for them, so wait here, within the same bound.
+		if a.chat != nil && !a.chat.Drain(ctx) {
+			a.log.Warn("streams still open at shutdown")
 		}
 		cancel()
 	}
