@@ -16,8 +16,9 @@ import (
 	"github.com/edgegw/gateway/hotpath/tokens"
 )
 
-// defaultReplyTokens is the reply length when neither max_tokens nor a
-// tokens directive sets it.
+// defaultReplyTokens is the reply length when no tokens directive sets
+// it (capped by what max_tokens leaves after reasoning), so an ordinary
+// prompt gets an ordinary answer rather than the tier's whole budget.
 const defaultReplyTokens = 64
 
 // chatRequest is the part of an OpenAI chat request the simulator reads.
@@ -248,7 +249,7 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 		case d.tokens >= 0:
 			n = d.tokens
 		case capped:
-			n = max(budget-reasoningWanted, 0)
+			n = min(defaultReplyTokens, max(budget-reasoningWanted, 0))
 		}
 		wanted = appendWordChunks(wanted, chunkContent, seed, n)
 	}

@@ -34,8 +34,8 @@
 // # Reply length
 //
 // max_tokens (or max_completion_tokens) is the budget; reasoning spends it
-// first. Without a [[sim:tokens=N]] directive the content fills what
-// reasoning left (64 tokens when max_tokens is unset) and finishes "stop".
+// first. Without a [[sim:tokens=N]] directive the content is 64 tokens, or
+// what reasoning left of the budget when that is less, and finishes "stop".
 // When the reply asked for (reasoning, content, tool calls) exceeds the
 // budget, or reasoning spends all of it, the reply is cut at the budget and
 // finishes "length" (content may then be empty; a tool call's arguments
