@@ -73,5 +73,5 @@ duration: 500ms
 	}
 	summary, err := os.ReadFile(filepath.Join(out, "summary.txt"))
 	require.NoError(t, err)
-	require.True(t, strings.Contains(string(summary), "LATENCY"))
+	require.True(t, strings.Contains(string(summary), "REQUESTS"))
 }
