@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"errors"
+	"slices"
 )
 
 // DefaultMaxSSEEvent is the event size cap of a scanner created with a
@@ -126,6 +127,30 @@ func (s *SSEScanner) Feed(p []byte) {
 	if s.err != nil || len(p) == 0 {
 		return
 	}
+	s.compact()
+	s.buf = append(s.buf, p...)
+}
+
+// Space returns at least min bytes of free space at the end of the
+// scanner's buffer, for a caller to read into directly; Commit then adds
+// the bytes written. Together they replace Feed without a second buffer or
+// a copy. The slice is valid until the next call on s.
+func (s *SSEScanner) Space(min int) []byte {
+	s.compact()
+	s.buf = slices.Grow(s.buf, min)
+	return s.buf[len(s.buf):cap(s.buf)]
+}
+
+// Commit adds n bytes written into the slice Space returned.
+func (s *SSEScanner) Commit(n int) {
+	if s.err != nil || n <= 0 {
+		return
+	}
+	s.buf = s.buf[:len(s.buf)+n]
+}
+
+// compact drops the bytes s no longer needs, shifting the spans it keeps.
+func (s *SSEScanner) compact() {
 	if k := s.keep(); k > 0 {
 		s.buf = s.buf[:copy(s.buf, s.buf[k:])]
 		s.pos -= k
@@ -138,7 +163,6 @@ func (s *SSEScanner) Feed(p []byte) {
 			s.datHi -= k
 		}
 	}
-	s.buf = append(s.buf, p...)
 }
 
 // keep returns the offset of the first byte s still needs.

@@ -518,3 +518,39 @@ func BenchmarkSSEScannerLargeEvent(b *testing.B) {
 		}
 	}
 }
+
+// Reading straight into the scanner's buffer gives the events Feed gives,
+// however the reads are sized.
+func TestSSEScannerSpaceCommit(t *testing.T) {
+	stream := []byte("data: {\"a\":1}\r\n\r\n: comment\n\nevent: x\ndata: one\ndata: two\n\ndata: tail\r\n\r\n")
+	var want []string
+	sc := NewSSEScanner(0)
+	sc.Feed(stream)
+	for {
+		ev, ok, err := sc.Next()
+		require.NoError(t, err)
+		if !ok {
+			break
+		}
+		want = append(want, string(ev.Event)+"|"+string(ev.Data))
+	}
+	for _, step := range []int{1, 2, 3, 7, 64} {
+		sc := NewSSEScanner(0)
+		var got []string
+		for rest := stream; len(rest) > 0; {
+			space := sc.Space(step)
+			n := copy(space[:min(step, len(space))], rest)
+			sc.Commit(n)
+			rest = rest[n:]
+			for {
+				ev, ok, err := sc.Next()
+				require.NoError(t, err)
+				if !ok {
+					break
+				}
+				got = append(got, string(ev.Event)+"|"+string(ev.Data))
+			}
+		}
+		require.Equal(t, want, got, "reads of %d bytes", step)
+	}
+}
