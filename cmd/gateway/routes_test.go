@@ -52,6 +52,7 @@ func TestReadyWhenDatabaseIsUnreachable(t *testing.T) {
 	r := ta.call(t, "GET", "/api/ready", "", nil)
 	require.Equal(t, 503, r.status)
 	require.Equal(t, "unreachable", r.body["database"])
+	require.Equal(t, 200, ta.call(t, "GET", "/api/health", "", nil).status, "liveness touches no database")
 }
 
 func TestMeAndKeyStates(t *testing.T) {
