@@ -71,15 +71,8 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	var dbURL string
 	fs.StringVar(&dbURL, "database-url", "", "PostgreSQL URL")
 	do := cmd.flags(fs)
-	if err := parseFlags(fs, args[2:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gateway admin %s: unexpected argument %q\n", name, fs.Arg(0))
-		return 2
+	if exit, run := parseCommand(fs, args[2:], stderr); !run {
+		return exit
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -295,11 +288,8 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var dbURL string
 	fs.StringVar(&dbURL, "database-url", "", "PostgreSQL URL")
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, run := parseCommand(fs, args, stderr); !run {
+		return exit
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

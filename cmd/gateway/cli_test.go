@@ -126,6 +126,26 @@ func TestVersionCommand(t *testing.T) {
 	require.NotEmpty(t, v["commit"])
 }
 
+// Every command refuses a stray argument and reports a bad environment
+// value, rather than running without it.
+func TestCommandsRefuseStrayArgumentsAndBadEnvironment(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--database-url", "postgres://x@127.0.0.1/db", "extra"},
+		{"migrate", "--database-url", "postgres://x@127.0.0.1/db", "extra"},
+		{"sim", "extra"},
+		{"admin", "org", "create", "--name", "x", "extra"},
+	} {
+		code, out, errOut := runCLI(args...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, `unexpected argument "extra"`, "%v", args)
+	}
+	t.Setenv("GATEWAY_READ_ONLY", "maybe")
+	code, _, errOut := runCLI("admin", "key", "create", "--user", "u", "--org", "o")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "GATEWAY_READ_ONLY")
+}
+
 func TestServeHelpListsEverySetting(t *testing.T) {
 	code, _, errOut := runCLI("serve", "--help")
 	require.Zero(t, code)

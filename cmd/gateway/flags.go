@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -53,4 +55,22 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 	})
 	return err
+}
+
+// parseCommand parses a command's flags (see parseFlags) and refuses stray
+// arguments. When the command must not run it reports why on stderr and
+// returns false with the exit status: 0 after --help, 2 after a mistake.
+func parseCommand(fs *flag.FlagSet, args []string, stderr io.Writer) (exit int, run bool) {
+	err := parseFlags(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0, false
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return 2, false
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
 }

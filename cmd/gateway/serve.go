@@ -154,12 +154,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "usage: gateway serve [flags]\n\nEvery flag can also be set with the environment variable shown beside it.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "gateway serve: %v\n", err)
-		return 2
+	if exit, run := parseCommand(fs, args, stderr); !run {
+		return exit
 	}
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintf(stderr, "gateway serve: invalid configuration: %v\n", err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,16 +36,8 @@ func serveSim(ctx context.Context, args []string, _, stderr io.Writer) int {
 			"Every flag can also be set with the environment variable shown beside it.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "gateway sim: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gateway sim: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if exit, run := parseCommand(fs, args, stderr); !run {
+		return exit
 	}
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
 		fmt.Fprintf(stderr, "gateway sim: invalid configuration: sim-addr: %v\n", err)
