@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
-	"io"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgegw/gateway/bench/child"
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
@@ -47,62 +46,14 @@ type process struct {
 }
 
 // startChild runs bin with args as a child process, stopped when the test
-// ends, and returns once every message in wait has been logged; the value
-// of the "addr" field of the first of them is returned.
+// ends, once it has logged every message in wait; it returns the "addr" of
+// the first.
 func startChild(t *testing.T, bin string, env []string, wait []string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
+	p, err := child.Start(context.Background(), filepath.Base(bin), bin, env, wait, args...)
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	})
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		addr, seen := "", map[string]bool{}
-		for sc.Scan() {
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) != nil {
-				continue
-			}
-			msg, _ := line["msg"].(string)
-			if msg == wait[0] {
-				addr, _ = line["addr"].(string)
-			}
-			seen[msg] = true
-			if all(wait, seen) {
-				ready <- addr
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	select {
-	case a := <-ready:
-		return a
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s %v did not start", filepath.Base(bin), args)
-		return ""
-	}
-}
-
-func all(want []string, seen map[string]bool) bool {
-	for _, w := range want {
-		if !seen[w] {
-			return false
-		}
-	}
-	return true
+	t.Cleanup(p.Stop)
+	return p.Addr
 }
 
 // startProcess runs `gateway serve` on a free loopback port and returns once

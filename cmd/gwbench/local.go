@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,13 +9,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/edgegw/gateway/bench/child"
 	"github.com/edgegw/gateway/bench/faults"
 	"github.com/edgegw/gateway/bench/load"
 )
@@ -28,116 +25,6 @@ func listen(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("cannot listen on %s: %w", addr, err)
 	}
 	return ln, nil
-}
-
-// child is a process the local stack started.
-type child struct {
-	name string
-	cmd  *exec.Cmd
-	pid  int
-	addr string
-	out  strings.Builder // stdout, for the demo key
-	mu   sync.Mutex
-}
-
-// spawn starts bin and waits until it logs every message in wait (JSON log
-// lines on stderr); the "addr" of the first is the child's address.
-func spawn(ctx context.Context, name, bin string, env []string, wait []string, args ...string) (*child, error) {
-	c := &child{name: name, cmd: exec.Command(bin, args...)}
-	c.cmd.Env = append(os.Environ(), env...)
-	stderr, err := c.cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("cannot start %s: %w", name, err)
-	}
-	c.pid = c.cmd.Process.Pid
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.mu.Lock()
-			c.out.WriteString(sc.Text() + "\n")
-			c.mu.Unlock()
-		}
-	}()
-	ready := make(chan string, 1)
-	var last strings.Builder
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		addr, seen := "", map[string]bool{}
-		signalled := false
-		for sc.Scan() {
-			if last.Len() < 4096 {
-				last.WriteString(sc.Text() + "\n")
-			}
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) != nil {
-				continue
-			}
-			msg, _ := line["msg"].(string)
-			if msg == wait[0] {
-				addr, _ = line["addr"].(string)
-			}
-			seen[msg] = true
-			if !signalled && allSeen(wait, seen) {
-				ready <- addr
-				signalled = true
-			}
-		}
-		if !signalled {
-			close(ready)
-		}
-	}()
-	select {
-	case a, ok := <-ready:
-		if !ok {
-			c.stop()
-			return nil, fmt.Errorf("%s exited before it was ready:\n%s", name, last.String())
-		}
-		c.addr = a
-		return c, nil
-	case <-time.After(60 * time.Second):
-		c.stop()
-		return nil, fmt.Errorf("%s did not become ready within a minute", name)
-	case <-ctx.Done():
-		c.stop()
-		return nil, ctx.Err()
-	}
-}
-
-func allSeen(want []string, seen map[string]bool) bool {
-	for _, w := range want {
-		if !seen[w] {
-			return false
-		}
-	}
-	return true
-}
-
-func (c *child) stdout() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.out.String()
-}
-
-func (c *child) stop() {
-	if c.cmd.Process == nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-done
-	}
 }
 
 var demoKey = regexp.MustCompile(`gw_live_[0-9A-Za-z]+`)
@@ -181,54 +68,54 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
-	sim, err := spawn(ctx, "simulator", bin, nil, []string{"simulator listening"}, "sim", "--sim-addr", "127.0.0.1:0")
+	sim, err := child.Start(ctx, "simulator", bin, nil, []string{"simulator listening"}, "sim", "--sim-addr", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	defer sim.stop()
-	simURL := "http://" + sim.addr
+	defer sim.Stop()
+	simURL := "http://" + sim.Addr
 	cfg := filepath.Join(out, "gateway.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(stackConfig, simURL+"/v1")), 0o600); err != nil {
 		return err
 	}
-	gw, err := spawn(ctx, "gateway", bin, []string{"DATABASE_URL=" + dbURL},
+	gw, err := child.Start(ctx, "gateway", bin, []string{"DATABASE_URL=" + dbURL},
 		[]string{"listening", "key invalidation channel listening"},
 		"serve", "--addr", "127.0.0.1:0", "--admin-addr", "", "--config", cfg, "--demo", "--log-level", "info")
 	if err != nil {
 		return err
 	}
-	defer gw.stop()
+	defer gw.Stop()
 	key := ""
 	for deadline := time.Now().Add(10 * time.Second); key == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		key = demoKey.FindString(gw.stdout())
+		key = demoKey.FindString(gw.Stdout())
 	}
 	if key == "" {
 		return errors.New("the gateway printed no demo key")
 	}
-	ref, err := spawn(ctx, "refproxy", self, nil, []string{"refproxy listening"}, "refproxy", "--upstream", simURL, "--addr", "127.0.0.1:0")
+	ref, err := child.Start(ctx, "refproxy", self, nil, []string{"refproxy listening"}, "refproxy", "--upstream", simURL, "--addr", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	defer ref.stop()
-	fmt.Fprintf(stderr, "gwbench: simulator %s, gateway %s (pid %d), reference proxy %s\n", sim.addr, gw.addr, gw.pid, ref.addr)
+	defer ref.Stop()
+	fmt.Fprintf(stderr, "gwbench: simulator %s, gateway %s (pid %d), reference proxy %s\n", sim.Addr, gw.Addr, gw.PID, ref.Addr)
 
 	targets := []load.Target{
 		{Name: "direct", BaseURL: simURL, Wire: load.WireUpstream},
-		{Name: "refproxy", BaseURL: "http://" + ref.addr, Wire: load.WireUpstream},
+		{Name: "refproxy", BaseURL: "http://" + ref.Addr, Wire: load.WireUpstream},
 	}
 	if *nginx != "off" {
-		ng, err := startNginx(out, sim.addr)
+		ng, err := startNginx(ctx, out, sim.Addr)
 		switch {
 		case err == nil:
-			defer ng.stop()
-			targets = append(targets, load.Target{Name: "nginx", BaseURL: "http://" + ng.addr, Wire: load.WireUpstream})
+			defer ng.Stop()
+			targets = append(targets, load.Target{Name: "nginx", BaseURL: "http://" + ng.Addr, Wire: load.WireUpstream})
 		case *nginx == "on" || !errors.Is(err, errNoNginx):
 			return err
 		default:
 			fmt.Fprintln(stderr, "gwbench: nginx is not installed; comparing without it")
 		}
 	}
-	targets = append(targets, load.Target{Name: "gateway", BaseURL: "http://" + gw.addr, Key: key, PID: gw.pid})
+	targets = append(targets, load.Target{Name: "gateway", BaseURL: "http://" + gw.Addr, Key: key, PID: gw.PID})
 
 	if *budget {
 		b := &budgetRun{targets: targets, opt: c.options(stderr), duration: c.duration, out: out, stdout: stdout}
@@ -256,7 +143,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *withFaults {
 		fmt.Fprintln(stdout, "\nfailover scorecard")
-		scores := faults.Run(ctx, &http.Client{Timeout: 2 * time.Minute}, "http://"+gw.addr, key, faults.Cases())
+		scores := faults.Run(ctx, &http.Client{Timeout: 2 * time.Minute}, "http://"+gw.Addr, key, faults.Cases())
 		return writeScores(scores, filepath.Join(out, "faults"), stdout)
 	}
 	return nil

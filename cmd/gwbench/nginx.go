@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -8,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/edgegw/gateway/bench/child"
 )
 
 var errNoNginx = errors.New("nginx is not installed")
@@ -42,7 +45,7 @@ http {
 
 // startNginx runs nginx (when installed) on a free loopback port in front
 // of upstream.
-func startNginx(out, upstream string) (*child, error) {
+func startNginx(ctx context.Context, out, upstream string) (*child.Process, error) {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if _, statErr := os.Stat("/usr/sbin/nginx"); statErr != nil {
@@ -67,17 +70,17 @@ func startNginx(out, upstream string) (*child, error) {
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConfig, dir, upstream, addr)), 0o644); err != nil {
 		return nil, err
 	}
-	c := &child{name: "nginx", cmd: exec.Command(bin, "-c", conf, "-p", dir)}
-	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("cannot start nginx: %w", err)
+	c, err := child.Start(ctx, "nginx", bin, nil, nil, "-c", conf, "-p", dir)
+	if err != nil {
+		return nil, err
 	}
-	c.pid, c.addr = c.cmd.Process.Pid, addr
+	c.Addr = addr
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if conn, err := net.Dial("tcp", addr); err == nil {
 			_ = conn.Close()
 			return c, nil
 		}
 	}
-	c.stop()
+	c.Stop()
 	return nil, fmt.Errorf("nginx did not listen on %s (see %s/error.log)", addr, dir)
 }
