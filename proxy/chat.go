@@ -59,8 +59,6 @@ type Chat struct {
 
 type chatMetrics struct {
 	overhead, ttft, streamDuration *metrics.Histogram
-	inputTokens, outputTokens      map[string]*metrics.Counter
-	costPico                       map[string]*metrics.Counter
 	estimated                      *metrics.Counter
 	streamsBroken, clientGone      *metrics.Counter
 	retries                        *metrics.Counter
@@ -93,9 +91,6 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		overhead:       s.NewHistogram(`gateway_chat_overhead_seconds`),
 		ttft:           s.NewHistogram(`gateway_chat_time_to_first_token_seconds`),
 		streamDuration: s.NewHistogram(`gateway_chat_stream_duration_seconds`),
-		inputTokens:    map[string]*metrics.Counter{},
-		outputTokens:   map[string]*metrics.Counter{},
-		costPico:       map[string]*metrics.Counter{},
 		estimated:      s.NewCounter(`gateway_chat_usage_estimated_total`),
 		streamsBroken:  s.NewCounter(`gateway_chat_streams_broken_total`),
 		clientGone:     s.NewCounter(`gateway_chat_client_disconnects_total`),
@@ -103,10 +98,13 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	}
 	s.NewGauge(`gateway_chat_in_flight`, func() float64 { return float64(ch.gate.InFlight()) })
 	s.NewGauge(`gateway_chat_open_streams`, func() float64 { return float64(ch.open.Load()) })
-	for _, t := range cfg.Tiers {
-		ch.m.inputTokens[t.Name] = s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="input"}`, t.Name))
-		ch.m.outputTokens[t.Name] = s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="output"}`, t.Name))
-		ch.m.costPico[t.Name] = s.NewCounter(fmt.Sprintf(`gateway_chat_cost_picousd_total{tier=%q}`, t.Name))
+	for _, up := range ch.ups {
+		name := up.Tier.Name
+		up.meter = tierMeter{
+			input:  s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="input"}`, name)),
+			output: s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="output"}`, name)),
+			cost:   s.NewCounter(fmt.Sprintf(`gateway_chat_cost_picousd_total{tier=%q}`, name)),
+		}
 	}
 	return ch, nil
 }
@@ -148,7 +146,16 @@ type turn struct {
 	upstream  time.Duration
 	out       []byte
 	delivered []byte // raw content delivered so far, for local counting
-	keyID     string
+
+	// The request's shape, worked out once: an upper bound on its prompt
+	// tokens, whether it carries images, and the last exact count with the
+	// system prompt it was made for.
+	bound    int
+	images   bool
+	counted  bool
+	countSys string
+	count    int
+	keyID    string
 }
 
 var turnPool = sync.Pool{New: func() any { return new(turn) }}
@@ -216,6 +223,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		return false, cerr
 	}
 	t.plan = plan
+	t.bound, t.images = promptBound(&t.req), hasImages(&t.req)
 	if cerr := t.route(c.User); cerr != nil {
 		return false, cerr
 	}
@@ -331,9 +339,6 @@ func (t *turn) buildUpstreamRequest(r *fasthttp.Request) error {
 	if up.cfg.SystemPrompt != "" {
 		sys := codec.Message{Role: "system", Content: strconv.AppendQuote(nil, up.cfg.SystemPrompt)}
 		msgs = append(append(make([]codec.Message, 0, len(msgs)+1), sys), msgs...)
-	}
-	for i := range msgs {
-		msgs[i].FileIDs = nil
 	}
 	ur := upstreamRequest{
 		Model: up.cfg.Model, Messages: msgs, Stream: t.req.Stream, Temperature: t.req.Temperature, TopP: t.req.TopP,

@@ -530,3 +530,24 @@ func TestDrainWaitsForStreams(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	require.Contains(t, string(r.body), "data: [DONE]", "the stream was allowed to finish")
 }
+
+// auto weighs a tier's system prompt when it decides whether the prompt
+// fits: a prompt that fits mira's window alone but not with mira's system
+// prompt goes to vaani rather than being refused.
+func TestAutoCountsTheTierSystemPrompt(t *testing.T) {
+	sys := strings.Repeat("word ", 53000)
+	f := newChatFixture(t, func(o *fixtureOptions) {
+		o.upstream = func(c *UpstreamConfig) {
+			if c.Model == "sim-mira" {
+				c.SystemPrompt = sys
+			}
+		}
+	})
+	body := `{"model":"auto","messages":[{"role":"user","content":"` + strings.Repeat("word ", 13000) + `"}]}`
+	r := f.post(t, "/api/v1/chat", body)
+	require.Equal(t, 200, r.status, "%.300s", r.body)
+	require.Contains(t, string(r.body), `"routed_tier":"vaani"`)
+	r = f.post(t, "/api/v1/chat", strings.Replace(body, `"auto"`, `"mira"`, 1))
+	require.Equal(t, 400, r.status)
+	require.Contains(t, string(r.body), "context_overflow")
+}

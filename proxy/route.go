@@ -39,12 +39,10 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 		case t.plan.HasTools || t.plan.EffortSet && t.plan.Effort != hotpath.EffortNone:
 			order = [3]string{"vaani", "kavi", "mira"}
 		}
-		bound := promptBound(&t.req)
 		for pass := 0; pass < 2 && t.up == nil; pass++ {
 			for _, name := range order {
 				up := ch.upstreamFor(name)
-				if up == nil || !p.AllowsModel(name) || t.capability(up.Tier) != nil ||
-					bound > up.Tier.ContextWindow && countPrompt(&t.req, up) > up.Tier.ContextWindow {
+				if up == nil || !p.AllowsModel(name) || t.capability(up.Tier) != nil || !t.fits(up) {
 					continue
 				}
 				// First pass: only tiers known healthy; second: any the
@@ -87,7 +85,7 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 // that does not read them, tools on one without tool calling, and
 // structured output on one without constrained decoding.
 func (t *turn) capability(tier *hotpath.Tier) *codec.Error {
-	if !tier.SupportsVision && hasImages(&t.req) {
+	if !tier.SupportsVision && t.images {
 		return t.ch.errImages
 	}
 	if t.plan.HasTools && !tier.SupportsTools {
@@ -125,14 +123,27 @@ func (t *turn) reasons() bool {
 // least one byte, so a byte bound that fits needs no tokenizer; only a
 // prompt near the window is counted exactly.
 func (t *turn) checkContext() *codec.Error {
-	window := t.up.Tier.ContextWindow
-	if promptBound(&t.req)+len(t.up.cfg.SystemPrompt)+16 <= window {
-		return nil
-	}
-	if countPrompt(&t.req, t.up) > window {
+	if !t.fits(t.up) {
 		return errContextOverflow
 	}
 	return nil
+}
+
+// fits reports whether the prompt, with up's system prompt, fits up's
+// window: by the byte bound when it can, else by the exact count.
+func (t *turn) fits(up *Upstream) bool {
+	window := up.Tier.ContextWindow
+	return t.bound+len(up.cfg.SystemPrompt)+16 <= window || t.promptTokens(up) <= window
+}
+
+// promptTokens counts the prompt exactly under up's system prompt,
+// remembering the count: routing, the window check and local billing may
+// each need it, and tokenizing is the slow part.
+func (t *turn) promptTokens(up *Upstream) int {
+	if !t.counted || t.countSys != up.cfg.SystemPrompt {
+		t.count, t.countSys, t.counted = countPrompt(&t.req, up), up.cfg.SystemPrompt, true
+	}
+	return t.count
 }
 
 // promptBound is an upper bound on the prompt's tokens under the template.
@@ -215,15 +226,16 @@ func (t *turn) settleBill(u *codec.Usage, has bool, delivered ...[]byte) {
 		b.PromptCacheActive = u.CachedTokens > 0
 	} else {
 		t.ch.m.estimated.Inc()
-		b.InputTokens = int64(countPrompt(&t.req, t.up))
+		b.InputTokens = int64(t.promptTokens(t.up))
 		for _, d := range delivered {
 			b.OutputTokens += int64(countLiterals(d))
 		}
 	}
 	b.Price()
-	t.ch.m.inputTokens[tier.Name].Add(int(b.InputTokens))
-	t.ch.m.outputTokens[tier.Name].Add(int(b.OutputTokens))
-	t.ch.m.costPico[tier.Name].Add(int(b.AmountPico))
+	m := &t.up.meter
+	m.input.Add(int(b.InputTokens))
+	m.output.Add(int(b.OutputTokens))
+	m.cost.Add(int(b.AmountPico))
 }
 
 // countLiterals counts the tokens of a run of concatenated JSON string

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgegw/gateway/hotpath"
@@ -96,6 +97,12 @@ type Upstream struct {
 	plain   *fasthttp.HostClient // whole responses, bounded by the tier deadline
 	stream  *fasthttp.HostClient // streamed responses, with a read-idle bound
 	Breaker *hotpath.Breaker
+	meter   tierMeter // registered by NewChat
+}
+
+// tierMeter counts a tier's tokens and money, registered once.
+type tierMeter struct {
+	input, output, cost *metrics.Counter
 }
 
 // NewUpstream returns the binding of tier to cfg.
