@@ -157,10 +157,6 @@ var scopeErrors = func() (out [32]*codec.Error) {
 // scopeForbidden is the preallocated 403 naming the family a key lacks.
 func scopeForbidden(f hotpath.Family) *codec.Error { return scopeErrors[f] }
 
-// ScopeForbidden is exported for handlers whose request fields ask for a
-// family (memory, rules, files) beyond the route's own.
-func ScopeForbidden(f hotpath.Family) *codec.Error { return scopeErrors[f] }
-
 // pinVersion reads Gateway-Version and echoes the version that serves the
 // request. A request without a pin is served as the current version.
 func pinVersion(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
