@@ -551,3 +551,20 @@ func TestAutoCountsTheTierSystemPrompt(t *testing.T) {
 	require.Equal(t, 400, r.status)
 	require.Contains(t, string(r.body), "context_overflow")
 }
+
+// A stream writes its own response head when it takes the connection
+// over: the edge's headers must be in it, on every wire.
+func TestStreamResponseHead(t *testing.T) {
+	f := newChatFixture(t)
+	for _, w := range goldenWires[:3] {
+		r := f.post(t, w.path, `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x"}]}`,
+			"X-Request-Id", "head-"+w.name, "Gateway-Version", "2026-10-05")
+		require.Equal(t, 200, r.status)
+		require.Equal(t, "text/event-stream", r.header.Get("Content-Type"))
+		require.Equal(t, "head-"+w.name, r.header.Get("X-Request-Id"))
+		require.Equal(t, "2026-10-05", r.header.Get("Gateway-Version"))
+		require.Equal(t, "no-cache", r.header.Get("Cache-Control"))
+		require.Empty(t, r.header.Get("Content-Length"), "the body ends with the connection")
+		require.Contains(t, string(r.body), `"model":"mira"`)
+	}
+}

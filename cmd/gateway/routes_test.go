@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/storage"
+	"github.com/edgegw/gateway/storage/storetest"
 )
 
 func TestHealthAndReady(t *testing.T) {
@@ -254,4 +255,26 @@ func TestDemoSeedIsRepeatable(t *testing.T) {
 	for _, k := range []string{k1, k2} {
 		require.Equal(t, 200, ta.call(t, "GET", "/api/v1/me", k, nil).status)
 	}
+}
+
+// With Redis configured, an Idempotency-Key replay is fleet-wide: a retry
+// that lands on another process is answered from the first one's result.
+func TestIdempotentReplayAcrossProcesses(t *testing.T) {
+	redisURL := storetest.RedisURL(t)
+	a := startTestApp(t, func(c *serveConfig) { c.RedisURL = redisURL })
+	b := startTestApp(t, func(c *serveConfig) { c.RedisURL = redisURL; c.DB.URL = a.dbURL })
+	tn := newTenant(t, a.dbURL, "idem@example.com")
+	body := map[string]any{"model": "mira", "messages": []map[string]any{{"role": "user", "content": "Hello [[sim:tokens=5]]"}}}
+
+	first := a.call(t, "POST", "/v1/chat/completions", tn.key, body, "Idempotency-Key", "order-7")
+	require.Equal(t, 200, first.status, "%s", first.raw)
+	again := b.call(t, "POST", "/v1/chat/completions", tn.key, body, "Idempotency-Key", "order-7")
+	require.Equal(t, 200, again.status)
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, string(first.raw), string(again.raw))
+
+	body["messages"] = []map[string]any{{"role": "user", "content": "Something else"}}
+	conflict := b.call(t, "POST", "/v1/chat/completions", tn.key, body, "Idempotency-Key", "order-7")
+	require.Equal(t, 409, conflict.status)
+	require.Equal(t, "idempotency_conflict", conflict.body["error"].(map[string]any)["code"])
 }

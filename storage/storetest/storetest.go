@@ -74,6 +74,12 @@ func DB(t testing.TB) *storage.DB {
 	return db
 }
 
+// RedisURL returns REDIS_URL, under the same skip-or-fail rule.
+func RedisURL(t testing.TB) string {
+	t.Helper()
+	return need(t, "REDIS_URL")
+}
+
 // Redis returns a client on REDIS_URL. Tests share the server, so keys must
 // carry a prefix of the test's own (see Prefix).
 func Redis(t testing.TB) rueidis.Client {
