@@ -60,6 +60,31 @@ const (
 	CodeServiceUnavailable                          // 503, a dependency the request needs is down
 	CodeUpstreamTimeout                             // 504
 
+	// Collaboration-route codes (collaboration-api.md).
+	CodeRulesTooLarge           // 400
+	CodePIIRejected             // 400
+	CodeConversationForbidden   // 403
+	CodeVaultForbidden          // 403
+	CodeOrgForbidden            // 403
+	CodeRulesForbidden          // 403
+	CodeWorkspaceForbidden      // 403
+	CodeConversationNotFound    // 404
+	CodeMessageNotFound         // 404
+	CodeVaultNotFound           // 404
+	CodeUserNotFound            // 404
+	CodeInvitationNotFound      // 404
+	CodeOrgMemberNotFound       // 404
+	CodeWorkspaceNotFound       // 404
+	CodePromptNotFound          // 404
+	CodePromptVersionNotFound   // 404
+	CodeVaultNameExists         // 409
+	CodeVaultExternalIDConflict // 409
+	CodeOrgMemberExists         // 409
+	CodeWorkspaceSlugExists     // 409
+	CodeWorkspaceNotEmpty       // 409
+	CodeWorkspaceIsDefault      // 409
+	CodePromptSlugExists        // 409
+
 	// codeCount is one past the last valid code: valid codes are 1 <= c < codeCount.
 	codeCount
 )
@@ -131,6 +156,29 @@ var codeTable = [codeCount]codeInfo{
 	CodeServerShuttingDown:          {"server_shutting_down", 503, typeServer, "The server is shutting down."},
 	CodeServiceUnavailable:          {"service_unavailable", 503, typeServer, "The service cannot answer this request right now; retry shortly."},
 	CodeUpstreamTimeout:             {"upstream_timeout", 504, typeServer, "The upstream provider timed out."},
+	CodeRulesTooLarge:               {"rules_too_large", 400, typeInvalidRequest, "A rule cap is exceeded."},
+	CodePIIRejected:                 {"pii_rejected", 400, typeInvalidRequest, "The text carries personal data and was rejected."},
+	CodeConversationForbidden:       {"conversation_forbidden", 403, typePermission, "The conversation is in a vault you may read but not write."},
+	CodeVaultForbidden:              {"vault_forbidden", 403, typePermission, "The vault grant does not allow this operation."},
+	CodeOrgForbidden:                {"org_forbidden", 403, typePermission, "Only an owner or admin of the organization may do this."},
+	CodeRulesForbidden:              {"rules_forbidden", 403, typePermission, "You may not change these rules."},
+	CodeWorkspaceForbidden:          {"workspace_forbidden", 403, typePermission, "Only an owner or admin may manage workspaces."},
+	CodeConversationNotFound:        {"conversation_not_found", 404, typeNotFound, "The conversation was not found."},
+	CodeMessageNotFound:             {"message_not_found", 404, typeNotFound, "The message was not found."},
+	CodeVaultNotFound:               {"vault_not_found", 404, typeNotFound, "The vault was not found."},
+	CodeUserNotFound:                {"user_not_found", 404, typeNotFound, "The user was not found."},
+	CodeInvitationNotFound:          {"invitation_not_found", 404, typeNotFound, "The invitation was not found."},
+	CodeOrgMemberNotFound:           {"org_member_not_found", 404, typeNotFound, "The organization member was not found."},
+	CodeWorkspaceNotFound:           {"workspace_not_found", 404, typeNotFound, "The workspace was not found."},
+	CodePromptNotFound:              {"prompt_not_found", 404, typeNotFound, "The prompt was not found."},
+	CodePromptVersionNotFound:       {"prompt_version_not_found", 404, typeNotFound, "The prompt version was not found."},
+	CodeVaultNameExists:             {"vault_name_exists", 409, typeInvalidRequest, "A vault with this name already exists."},
+	CodeVaultExternalIDConflict:     {"vault_external_id_conflict", 409, typeInvalidRequest, "Another vault already uses this external id."},
+	CodeOrgMemberExists:             {"org_member_exists", 409, typeInvalidRequest, "The user is already a member of the organization."},
+	CodeWorkspaceSlugExists:         {"workspace_slug_exists", 409, typeInvalidRequest, "A workspace with this slug already exists."},
+	CodeWorkspaceNotEmpty:           {"workspace_not_empty", 409, typeInvalidRequest, "The workspace holds or has held a credential."},
+	CodeWorkspaceIsDefault:          {"workspace_is_default", 409, typeInvalidRequest, "The default workspace cannot be deleted."},
+	CodePromptSlugExists:            {"prompt_slug_exists", 409, typeInvalidRequest, "A prompt with this slug already exists."},
 }
 
 var codeBySlug = func() map[string]Code {

@@ -51,6 +51,9 @@ func (a *API) Register(r Registrar) {
 	r.Handle(fasthttp.MethodGet, "/api/v1/keys", user("keys_list", hotpath.FamilyOrg), a.listKeys)
 	r.Handle(fasthttp.MethodPost, "/api/v1/keys", user("keys_create", hotpath.FamilyOrg), a.createKey)
 	r.Handle(fasthttp.MethodDelete, "/api/v1/keys/{id}", user("keys_revoke", hotpath.FamilyOrg), a.revokeKey)
+	a.registerLogs(r)
+	a.registerConversations(r)
+	a.registerSignIn(r)
 }
 
 // Drain makes /api/ready answer 503 so load balancers stop sending traffic

@@ -1,0 +1,4 @@
+package control
+
+// registerConversations adds the conversation routes.
+func (a *API) registerConversations(r Registrar) {}

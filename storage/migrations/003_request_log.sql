@@ -1,0 +1,2 @@
+-- Filled in by the change that introduces this schema.
+select 1;
