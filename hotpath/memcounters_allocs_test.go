@@ -1,0 +1,81 @@
+//go:build !race
+
+package hotpath_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath"
+)
+
+// The in-process window check, lease acquire and release, and reservation
+// arithmetic allocate nothing once their counters exist. Lease ids are made
+// 256 to an allocation, which rounds to zero per call.
+func TestMemoryCountersAllocateNothing(t *testing.T) {
+	m := hotpath.NewMemoryCounters(nil)
+	ctx := context.Background()
+	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	ws := []hotpath.Window{
+		{Key: "rl:key:k1:requests", Limit: 1 << 62, Length: time.Minute},
+		{Key: "rl:org:o1:requests", Limit: 1 << 62, Length: time.Minute},
+	}
+	out := make([]hotpath.WindowState, 2)
+	budgets := []hotpath.Budget{
+		{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 1 << 62},
+		{Kind: hotpath.BudgetCredits, Subject: "key_1", Cap: 1 << 62},
+		{Kind: hotpath.BudgetPoolMonthly, Subject: "org_1", Cap: 1 << 62},
+		{Kind: hotpath.BudgetPoolBurst, Subject: "org_1", Cap: 1 << 62},
+	}
+	amounts := []int64{1000, 1000, 100, 100}
+	actual := []int64{600, 600, 60, 60}
+	states := make([]hotpath.BudgetState, len(budgets))
+	var r hotpath.Reservation
+
+	calls := map[string]func(){
+		"Hit": func() {
+			if ok, err := m.Hit(ctx, now, ws, out); err != nil || !ok {
+				t.Fatal(err, ok)
+			}
+		},
+		"PeekWindows": func() {
+			if err := m.PeekWindows(ctx, now, ws, out); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"AcquireRelease": func() {
+			l, ok, err := m.Acquire(ctx, now, "cc:k1", 4)
+			if err != nil || !ok {
+				t.Fatal(err, ok)
+			}
+			if err := m.Release(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"InFlight": func() {
+			if _, err := m.InFlight(ctx, now, "cc:k1"); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"ReserveSettle": func() {
+			if refused, err := m.Reserve(ctx, now, budgets, amounts, &r); err != nil || refused >= 0 {
+				t.Fatal(err, refused)
+			}
+			if err := m.Settle(ctx, &r, actual); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"Usage": func() {
+			if err := m.Usage(ctx, now, budgets, states); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, call := range calls {
+		call() // create the counters
+		require.Zero(t, testing.AllocsPerRun(1000, call), name)
+	}
+}

@@ -1,0 +1,922 @@
+package storage
+
+// RedisCounters is the fleet-wide hotpath.Counters: every gateway process
+// sharing one Redis sees the same windows, leases and budgets.
+//
+// Every operation is one round trip (seeding aside): a Lua script (EVALSHA, with EVAL when
+// Redis does not know the script yet, as rueidis.Lua does) or one command,
+// auto-pipelined by rueidis with the other requests in flight. A script runs
+// alone on the server, so "read every counter, check every limit, then
+// change every counter" cannot interleave with another process's call: a
+// Hit counts in all its windows or in none, and a Reserve adds to all its
+// budgets or to none. That is what keeps 200 concurrent requests from
+// overshooting a cap.
+//
+// Keys, all under the prefix:
+//
+//	<Window.Key>                              hash {c: count, r: reset ms}, expires with the window
+//	lease:<key>                               sorted set, lease id scored by its expiry (ms, Redis clock)
+//	budget:<kind>:<subject>:<yyyy-mm>         month counter, expires 40 days after the month began
+//	budget:<kind>:<subject>                   lifetime counter, expires 30 days after its last reservation
+//	budget:pool_burst:<subject>               hash {<slot start s>: usage, s: 1}, expires a window and a slot after its last reservation
+//
+// Windows and budgets run on the caller's clock readings, so tests move
+// time and every process agrees on calendar months. Leases run on the
+// Redis clock (TIME inside the scripts): their expiry is measured by the
+// one clock every process shares, and a background renewer re-scores this
+// process's live leases every third of the lease TTL in one pipelined
+// batch. A process that dies stops renewing, so its slots free themselves
+// within the TTL.
+//
+// Seeding. A budget counter that does not exist (never used, or lost) makes
+// Reserve and Usage answer "need seed" with the budgets concerned, having
+// changed nothing. The process then asks the BudgetSeeder (the ledger) and
+// writes the result with a script that writes only while the key is still
+// missing, and runs the call once more. Reservations are only ever added to
+// a key that exists, and a key is only ever created by a seed, so the
+// ledger's history and the live increments never overlap: when two
+// processes seed the same key at once, one write lands and the other is
+// dropped, and nothing is counted twice. Within a process concurrent
+// seeders of one key share a single ledger query.
+//
+// Money is exact: counters are Redis integers, and the scripts compare
+// them as two base-1e9 limbs, since Lua numbers are doubles and a $100,000
+// cap in pico-USD is past what a double holds exactly.
+//
+// What errs, and which way: the first use of a budget counter in a period
+// costs three more round trips (EXISTS, the seed write, the retry). A call
+// that times out after Redis ran it stays counted, so an unmetered request
+// may still use up budget: over-counting, never overshooting. A counter
+// rebuilt while requests it reserved for are in flight lacks them until the
+// ledger records them; settling them then never takes it below zero.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/edgegw/gateway/hotpath"
+)
+
+// DefaultCountersCallTimeout bounds one call to Redis: past it the call
+// fails with hotpath.ErrCountersUnavailable and the request runs unmetered.
+const DefaultCountersCallTimeout = 250 * time.Millisecond
+
+// counterSeedTimeout bounds one ledger query when the caller set no deadline.
+const counterSeedTimeout = 5 * time.Second
+
+// leaseRenewBatch is the most leases one renewal script re-scores.
+const leaseRenewBatch = 500
+
+// RedisCounters is the Redis hotpath.Counters. Close stops its renewer.
+type RedisCounters struct {
+	client   rueidis.Client
+	prefix   string
+	seeder   hotpath.BudgetSeeder
+	log      *slog.Logger
+	leaseTTL time.Duration
+	timeout  time.Duration
+	idPrefix string
+	seq      atomic.Uint64
+	seeding  singleflight.Group
+
+	mu   sync.Mutex
+	held map[hotpath.Lease]struct{} // this process's live leases
+
+	stop      context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+	lastWarn  atomic.Int64 // Unix ns of the last renewal warning
+}
+
+var _ hotpath.Counters = (*RedisCounters)(nil)
+
+// CountersOption tunes a RedisCounters.
+type CountersOption func(*RedisCounters)
+
+// WithLeaseTTL sets how long a lease outlives a process that stops renewing
+// it (default hotpath.LeaseTTL). Renewal runs every third of it.
+func WithLeaseTTL(d time.Duration) CountersOption {
+	return func(c *RedisCounters) {
+		if d > 0 {
+			c.leaseTTL = d
+		}
+	}
+}
+
+// WithCallTimeout sets the bound on one call to Redis (default
+// DefaultCountersCallTimeout).
+func WithCallTimeout(d time.Duration) CountersOption {
+	return func(c *RedisCounters) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
+
+// NewRedisCounters returns counters on client whose keys start with prefix,
+// seeding lost budget counters from seeder (hotpath.NoSeeder when nil). It
+// starts the lease renewer; Close stops it.
+func NewRedisCounters(client rueidis.Client, prefix string, seeder hotpath.BudgetSeeder, log *slog.Logger, opts ...CountersOption) *RedisCounters {
+	if seeder == nil {
+		seeder = hotpath.NoSeeder{}
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	ctx, stop := context.WithCancel(context.Background())
+	c := &RedisCounters{
+		client:   client,
+		prefix:   prefix,
+		seeder:   seeder,
+		log:      log,
+		leaseTTL: hotpath.LeaseTTL,
+		timeout:  DefaultCountersCallTimeout,
+		idPrefix: hex.EncodeToString(id[:]) + "-",
+		held:     make(map[hotpath.Lease]struct{}),
+		stop:     stop,
+		done:     make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	go c.renew(ctx)
+	return c
+}
+
+// Close stops renewing this process's leases; those not released expire
+// within the lease TTL. It does not close the client.
+func (c *RedisCounters) Close() {
+	c.closeOnce.Do(func() {
+		c.stop()
+		<-c.done
+	})
+}
+
+// call bounds one round trip.
+func (c *RedisCounters) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// detached bounds a call that must happen even when the request is gone
+// (Release, Settle): the caller's cancellation does not apply.
+func (c *RedisCounters) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+}
+
+func countersDown(verb string, err error) error {
+	return fmt.Errorf("cannot %s: %w: %w", verb, hotpath.ErrCountersUnavailable, err)
+}
+
+// hitScript counts one request in every window when none is full.
+//
+// KEYS: the windows. ARGV[1]: now (ms). Then per window: limit, length
+// (ms), the reset (ms) a window opened now gets.
+// Returns {allowed 0|1, count1, reset1, count2, reset2, ...} after the call;
+// reset 0 for a window not open.
+var hitScript = rueidis.NewLuaScript(`
+local now = tonumber(ARGV[1])
+local n = #KEYS
+local c, r = {}, {}
+local ok = 1
+for i = 1, n do
+  local v = redis.call('HMGET', KEYS[i], 'c', 'r')
+  local cnt, rst = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+  if rst <= now then cnt, rst = 0, 0 end
+  c[i], r[i] = cnt, rst
+  if cnt >= tonumber(ARGV[3 * i - 1]) then ok = 0 end
+end
+local out = {ok}
+for i = 1, n do
+  if ok == 1 then
+    if r[i] == 0 then
+      redis.call('HSET', KEYS[i], 'c', 1, 'r', ARGV[3 * i + 1])
+      redis.call('PEXPIRE', KEYS[i], ARGV[3 * i])
+      c[i], r[i] = 1, tonumber(ARGV[3 * i + 1])
+    else
+      c[i] = redis.call('HINCRBY', KEYS[i], 'c', 1)
+    end
+  end
+  out[2 * i], out[2 * i + 1] = c[i], r[i]
+end
+return out
+`)
+
+// peekScript reads windows. KEYS: the windows. ARGV[1]: now (ms).
+// Returns {count1, reset1, ...}, reset 0 for a window not open.
+var peekScript = rueidis.NewLuaScriptReadOnly(`
+local now = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.call('HMGET', KEYS[i], 'c', 'r')
+  local cnt, rst = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+  if rst <= now then cnt, rst = 0, 0 end
+  out[2 * i - 1], out[2 * i] = cnt, rst
+end
+return out
+`)
+
+func (c *RedisCounters) windowArgs(now time.Time, ws []hotpath.Window) (keys, args []string) {
+	nowMs := now.UnixMilli()
+	keys = make([]string, len(ws))
+	args = make([]string, 1, 1+3*len(ws))
+	args[0] = strconv.FormatInt(nowMs, 10)
+	for i := range ws {
+		keys[i] = c.prefix + ws[i].Key
+		l := ws[i].Length.Milliseconds()
+		args = append(args, strconv.FormatInt(ws[i].Limit, 10), strconv.FormatInt(l, 10), strconv.FormatInt(nowMs+l, 10))
+	}
+	return keys, args
+}
+
+func windowStates(vals []rueidis.RedisMessage, ws []hotpath.Window, out []hotpath.WindowState) error {
+	if len(vals) != 2*len(ws) {
+		return fmt.Errorf("%d values for %d windows", len(vals), len(ws))
+	}
+	for i := range ws {
+		n, err := vals[2*i].AsInt64()
+		if err != nil {
+			return err
+		}
+		reset, err := vals[2*i+1].AsInt64()
+		if err != nil {
+			return err
+		}
+		out[i] = hotpath.WindowState{Limit: ws[i].Limit, Remaining: max(ws[i].Limit-n, 0)}
+		if reset > 0 {
+			out[i].ResetAt = hotpath.ResetSecond(reset)
+		}
+	}
+	return nil
+}
+
+// Hit implements hotpath.Counters.
+func (c *RedisCounters) Hit(ctx context.Context, now time.Time, ws []hotpath.Window, out []hotpath.WindowState) (bool, error) {
+	if err := hotpath.CheckWindows(ws, out); err != nil {
+		return false, err
+	}
+	if len(ws) == 0 {
+		return true, nil
+	}
+	keys, args := c.windowArgs(now, ws)
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	vals, err := hitScript.Exec(ctx, c.client, keys, args).ToArray()
+	if err != nil {
+		return false, countersDown("count requests", err)
+	}
+	if len(vals) == 0 {
+		return false, countersDown("count requests", errors.New("empty answer"))
+	}
+	allowed, err := vals[0].AsInt64()
+	if err == nil {
+		err = windowStates(vals[1:], ws, out)
+	}
+	if err != nil {
+		return false, countersDown("count requests", err)
+	}
+	return allowed == 1, nil
+}
+
+// PeekWindows implements hotpath.Counters.
+func (c *RedisCounters) PeekWindows(ctx context.Context, now time.Time, ws []hotpath.Window, out []hotpath.WindowState) error {
+	if err := hotpath.CheckWindows(ws, out); err != nil {
+		return err
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	keys, args := c.windowArgs(now, ws)
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	vals, err := peekScript.Exec(ctx, c.client, keys, args[:1]).ToArray()
+	if err == nil {
+		err = windowStates(vals, ws, out)
+	}
+	if err != nil {
+		return countersDown("read request windows", err)
+	}
+	return nil
+}
+
+// redisNowMs is the Redis clock in milliseconds, inside a script.
+const redisNowMs = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// acquireScript drops expired leases, then adds one when fewer than the
+// limit are live.
+//
+// KEYS[1]: the lease set. ARGV: limit, TTL (ms), lease id. Returns 1 when
+// taken, else 0.
+var acquireScript = rueidis.NewLuaScript(redisNowMs + `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// inFlightScript counts live leases. KEYS[1]: the lease set.
+var inFlightScript = rueidis.NewLuaScriptReadOnly(redisNowMs + `
+return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+`)
+
+// renewScript re-scores leases still in their sets; a lease released
+// meanwhile, or already dropped as expired by another process, stays gone.
+//
+// KEYS: lease sets. ARGV[1]: TTL (ms); ARGV[1+i]: the lease id in KEYS[i].
+// Returns, per lease, 1 when renewed and 0 when it was no longer there.
+var renewScript = rueidis.NewLuaScript(redisNowMs + `
+local exp = now + tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS do
+  out[i] = 0
+  if redis.call('ZSCORE', KEYS[i], ARGV[i + 1]) then
+    redis.call('ZADD', KEYS[i], 'XX', exp, ARGV[i + 1])
+    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    out[i] = 1
+  end
+end
+return out
+`)
+
+func (c *RedisCounters) leaseKey(key string) string { return c.prefix + "lease:" + key }
+
+// Acquire implements hotpath.Counters. The clock reading is not used: leases
+// expire on the Redis clock.
+func (c *RedisCounters) Acquire(ctx context.Context, _ time.Time, key string, limit int64) (hotpath.Lease, bool, error) {
+	if limit <= 0 {
+		return hotpath.Lease{}, false, nil
+	}
+	l := hotpath.Lease{Key: key, ID: c.idPrefix + strconv.FormatUint(c.seq.Add(1), 36)}
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	n, err := acquireScript.Exec(ctx, c.client, []string{c.leaseKey(key)},
+		[]string{strconv.FormatInt(limit, 10), millis(c.leaseTTL), l.ID}).AsInt64()
+	if err != nil {
+		return hotpath.Lease{}, false, countersDown("acquire lease", err)
+	}
+	if n != 1 {
+		return hotpath.Lease{}, false, nil
+	}
+	c.mu.Lock()
+	c.held[l] = struct{}{}
+	c.mu.Unlock()
+	return l, true, nil
+}
+
+// Release implements hotpath.Counters. It runs even when ctx is cancelled:
+// a request that ends by its client leaving still gives its slot back.
+func (c *RedisCounters) Release(ctx context.Context, lease hotpath.Lease) error {
+	if lease.ID == "" {
+		return nil
+	}
+	c.mu.Lock()
+	delete(c.held, lease)
+	c.mu.Unlock()
+	ctx, cancel := c.detached(ctx)
+	defer cancel()
+	if err := c.client.Do(ctx, c.client.B().Zrem().Key(c.leaseKey(lease.Key)).Member(lease.ID).Build()).Error(); err != nil {
+		return countersDown("release lease", err)
+	}
+	return nil
+}
+
+// InFlight implements hotpath.Counters.
+func (c *RedisCounters) InFlight(ctx context.Context, _ time.Time, key string) (int64, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	n, err := inFlightScript.Exec(ctx, c.client, []string{c.leaseKey(key)}, nil).AsInt64()
+	if err != nil {
+		return 0, countersDown("count leases", err)
+	}
+	return n, nil
+}
+
+// renew re-scores this process's live leases every third of the TTL until
+// Close.
+func (c *RedisCounters) renew(run context.Context) {
+	defer close(c.done)
+	t := time.NewTicker(c.leaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-run.Done():
+			return
+		case <-t.C:
+		}
+		c.renewOnce(run)
+	}
+}
+
+func (c *RedisCounters) renewOnce(run context.Context) {
+	c.mu.Lock()
+	leases := make([]hotpath.Lease, 0, len(c.held))
+	for l := range c.held {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+	if len(leases) == 0 {
+		return
+	}
+	batch := make([]rueidis.LuaExec, 0, (len(leases)+leaseRenewBatch-1)/leaseRenewBatch)
+	ttl := millis(c.leaseTTL)
+	for start := 0; start < len(leases); start += leaseRenewBatch {
+		part := leases[start:min(start+leaseRenewBatch, len(leases))]
+		e := rueidis.LuaExec{Keys: make([]string, len(part)), Args: make([]string, 1, 1+len(part))}
+		e.Args[0] = ttl
+		for i, l := range part {
+			e.Keys[i] = c.leaseKey(l.Key)
+			e.Args = append(e.Args, l.ID)
+		}
+		batch = append(batch, e)
+	}
+	ctx, cancel := context.WithTimeout(run, c.leaseTTL/3)
+	defer cancel()
+	lost := 0
+	for bi, res := range renewScript.ExecMulti(ctx, c.client, batch...) {
+		flags, err := res.AsIntSlice()
+		if err == nil && len(flags) != len(batch[bi].Args)-1 {
+			err = fmt.Errorf("%d answers for %d leases", len(flags), len(batch[bi].Args)-1)
+		}
+		if err != nil {
+			if run.Err() == nil { // not closing
+				c.warn("cannot renew concurrency leases; they expire unless Redis answers soon", "leases", len(leases), "error", err)
+			}
+			return
+		}
+		c.mu.Lock()
+		for i, ok := range flags {
+			l := leases[bi*leaseRenewBatch+i]
+			if _, held := c.held[l]; ok == 0 && held {
+				delete(c.held, l)
+				lost++
+			}
+		}
+		c.mu.Unlock()
+	}
+	if lost > 0 {
+		// Still held by requests here, but gone from Redis (it was
+		// unreachable for a whole TTL, or lost its data): other processes
+		// may use those slots until the requests end.
+		c.warn("concurrency leases expired while held", "lost", lost)
+	}
+}
+
+// warn logs at most once every ten seconds.
+func (c *RedisCounters) warn(msg string, args ...any) {
+	now := time.Now().UnixNano()
+	last := c.lastWarn.Load()
+	if now-last < int64(10*time.Second) || !c.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	c.log.Warn(msg, args...)
+}
+
+// budgetLimbs compares and adds counters exactly: a value is {high, low}
+// with low below 1e9, so every part stays well inside a double's exact
+// range. Counters are never negative.
+const budgetLimbs = `
+local B = 1000000000
+local function num(s)
+  local n = #s
+  if n <= 9 then return {0, tonumber(s)} end
+  return {tonumber(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8))}
+end
+local function add(a, b)
+  local l = a[2] + b[2]
+  if l >= B then return {a[1] + b[1] + 1, l - B} end
+  return {a[1] + b[1], l}
+end
+local function gt(a, b) return a[1] > b[1] or (a[1] == b[1] and a[2] > b[2]) end
+local function str(a)
+  if a[1] > 0 then return string.format('%d%09d', a[1], a[2]) end
+  return string.format('%d', a[2])
+end
+`
+
+// reserveScript adds every amount when every budget stays within its cap.
+//
+// KEYS: the budgets' counters. ARGV, six per budget: period ('m' month,
+// 'l' lifetime, 'b' burst), cap (negative: none), amount, TTL (ms; not used
+// for months, whose expiry is fixed when seeded), the current burst slot
+// and the oldest burst slot in the window (Unix seconds).
+// Returns {-1} when reserved, {i} (0-based) for the first budget that
+// would go over, or {-2, i, ...} for the budgets whose counters are missing.
+var reserveScript = rueidis.NewLuaScript(budgetLimbs + `
+local n = #KEYS
+local need, used = {-2}, {}
+for i = 1, n do
+  local a, k = (i - 1) * 6, KEYS[i]
+  if ARGV[a + 1] == 'b' then
+    local f = redis.call('HGETALL', k)
+    if #f == 0 then
+      need[#need + 1] = i - 1
+    else
+      local oldest, s = tonumber(ARGV[a + 6]), {0, 0}
+      for j = 1, #f, 2 do
+        local slot = tonumber(f[j])
+        if slot then
+          if slot < oldest then redis.call('HDEL', k, f[j]) else s = add(s, num(f[j + 1])) end
+        end
+      end
+      used[i] = s
+    end
+  else
+    local v = redis.call('GET', k)
+    if v then used[i] = num(v) else need[#need + 1] = i - 1 end
+  end
+end
+if #need > 1 then return need end
+local pend = {}
+for i = 1, n do
+  local a, k = (i - 1) * 6, KEYS[i]
+  local p = add(pend[k] or {0, 0}, num(ARGV[a + 3]))
+  pend[k] = p
+  local cap = ARGV[a + 2]
+  if string.sub(cap, 1, 1) ~= '-' and gt(add(used[i], p), num(cap)) then return {i - 1} end
+end
+for i = 1, n do
+  local a, k = (i - 1) * 6, KEYS[i]
+  local per = ARGV[a + 1]
+  if per == 'b' then
+    redis.call('HINCRBY', k, ARGV[a + 5], ARGV[a + 3])
+  else
+    redis.call('INCRBY', k, ARGV[a + 3])
+  end
+  if per ~= 'm' then redis.call('PEXPIRE', k, ARGV[a + 4]) end
+end
+return {-1}
+`)
+
+// usageScript reads budgets.
+//
+// KEYS: the counters. ARGV, two per budget: period and the oldest burst
+// slot in the window. Returns {0, used1, first1, ...} with used as a
+// decimal string and first the oldest burst slot holding usage (0 for none
+// and for other periods), or {-2, i, ...} for missing counters.
+var usageScript = rueidis.NewLuaScriptReadOnly(budgetLimbs + `
+local out, need = {0}, {-2}
+for i = 1, #KEYS do
+  local k = KEYS[i]
+  if ARGV[2 * i - 1] == 'b' then
+    local f = redis.call('HGETALL', k)
+    if #f == 0 then
+      need[#need + 1] = i - 1
+    else
+      local oldest, s, first = tonumber(ARGV[2 * i]), {0, 0}, 0
+      for j = 1, #f, 2 do
+        local slot = tonumber(f[j])
+        if slot and slot >= oldest and f[j + 1] ~= '0' then
+          s = add(s, num(f[j + 1]))
+          if first == 0 or slot < first then first = slot end
+        end
+      end
+      out[#out + 1] = str(s)
+      out[#out + 1] = first
+    end
+  else
+    local v = redis.call('GET', k)
+    if v then
+      out[#out + 1] = v
+      out[#out + 1] = 0
+    else
+      need[#need + 1] = i - 1
+    end
+  end
+end
+if #need > 1 then return need end
+return out
+`)
+
+// seedScript creates a missing counter from the ledger's usage, and does
+// nothing when the counter exists: a concurrent seeder got there first.
+//
+// KEYS[1]: the counter. ARGV: period, TTL (ms), then the usage (month,
+// lifetime) or slot and usage pairs (burst). Returns 1 when written.
+var seedScript = rueidis.NewLuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if ARGV[1] == 'b' then
+  redis.call('HSET', KEYS[1], 's', '1', unpack(ARGV, 3))
+else
+  redis.call('SET', KEYS[1], ARGV[3])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// settleScript applies each difference to a counter that still exists,
+// never leaving it below 0. A missing counter is left missing: the ledger
+// that seeds it again will hold the actual amount.
+//
+// KEYS: the counters. ARGV, three per budget: period, difference, burst
+// slot.
+var settleScript = rueidis.NewLuaScript(`
+for i = 1, #KEYS do
+  local a, k = (i - 1) * 3, KEYS[i]
+  if redis.call('EXISTS', k) == 1 then
+    if ARGV[a + 1] == 'b' then
+      if redis.call('HINCRBY', k, ARGV[a + 3], ARGV[a + 2]) < 0 then redis.call('HSET', k, ARGV[a + 3], '0') end
+    elseif redis.call('INCRBY', k, ARGV[a + 2]) < 0 then
+      redis.call('SET', k, '0', 'KEEPTTL')
+    end
+  end
+end
+return 0
+`)
+
+func periodArg(p hotpath.Period) string {
+	switch p {
+	case hotpath.PeriodTrailing:
+		return "b"
+	case hotpath.PeriodLifetime:
+		return "l"
+	}
+	return "m"
+}
+
+// budgetKey names b's counter for the period slot (a month's start in Unix
+// seconds; ignored for other periods).
+func (c *RedisCounters) budgetKey(b *hotpath.Budget, slot int64) string {
+	buf := make([]byte, 0, len(c.prefix)+len("budget:")+len("workspace_spend:")+len(b.Subject)+len(":2006-01"))
+	buf = append(buf, c.prefix...)
+	buf = append(buf, "budget:"...)
+	buf = append(buf, b.Kind.String()...)
+	buf = append(buf, ':')
+	buf = append(buf, b.Subject...)
+	if b.Kind.Period() == hotpath.PeriodMonth {
+		y, m, _ := time.Unix(slot, 0).UTC().Date()
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, int64(y), 10)
+		buf = append(buf, '-', byte('0'+m/10), byte('0'+m%10))
+	}
+	return string(buf)
+}
+
+var (
+	burstTTL    = millis(hotpath.BurstWindow + hotpath.BurstSlot)
+	lifetimeTTL = millis(hotpath.LifetimeCounterIdle)
+)
+
+// ttlArg is how long a counter written at now lives, in milliseconds.
+func ttlArg(p hotpath.Period, now time.Time) string {
+	switch p {
+	case hotpath.PeriodTrailing:
+		return burstTTL
+	case hotpath.PeriodLifetime:
+		return lifetimeTTL
+	}
+	return millis(hotpath.MonthStart(now).Add(hotpath.MonthCounterKeep).Sub(now))
+}
+
+// Reserve implements hotpath.Counters.
+func (c *RedisCounters) Reserve(ctx context.Context, now time.Time, budgets []hotpath.Budget, amounts []int64, r *hotpath.Reservation) (int, error) {
+	*r = hotpath.Reservation{}
+	if err := hotpath.CheckReserve(budgets, amounts); err != nil {
+		return -1, err
+	}
+	if len(budgets) == 0 {
+		return -1, nil
+	}
+	month := hotpath.MonthStart(now).Unix()
+	cur := hotpath.BurstSlotStart(now).Unix()
+	curArg := strconv.FormatInt(cur, 10)
+	oldestArg := strconv.FormatInt(hotpath.BurstWindowStart(now).Unix(), 10)
+	keys := make([]string, len(budgets))
+	args := make([]string, 0, 6*len(budgets))
+	var slots [hotpath.MaxReservation]int64
+	for i := range budgets {
+		b := &budgets[i]
+		p := b.Kind.Period()
+		switch p {
+		case hotpath.PeriodMonth:
+			slots[i] = month
+		case hotpath.PeriodTrailing:
+			slots[i] = cur
+		}
+		keys[i] = c.budgetKey(b, slots[i])
+		args = append(args, periodArg(p), strconv.FormatInt(b.Cap, 10), strconv.FormatInt(amounts[i], 10), ttlArg(p, now), curArg, oldestArg)
+	}
+	for attempt := 0; ; attempt++ {
+		vals, err := c.exec(ctx, reserveScript, keys, args)
+		if err != nil {
+			return -1, countersDown("reserve budgets", err)
+		}
+		first, err := vals[0].AsInt64()
+		switch {
+		case err != nil:
+			return -1, countersDown("reserve budgets", err)
+		case first == -1:
+			r.N = len(budgets)
+			copy(r.Budgets[:], budgets)
+			copy(r.Amounts[:], amounts)
+			r.Slots = slots
+			return -1, nil
+		case first >= 0 && int(first) < len(budgets):
+			return int(first), nil
+		case first != -2 || attempt > 0:
+			return -1, countersDown("reserve budgets", fmt.Errorf("unexpected answer %d", first))
+		}
+		if err := c.seedMissing(ctx, now, budgets, keys, vals[1:]); err != nil {
+			return -1, err
+		}
+	}
+}
+
+// exec runs one script call and returns its array answer, never empty.
+func (c *RedisCounters) exec(ctx context.Context, s *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	vals, err := s.Exec(ctx, c.client, keys, args).ToArray()
+	if err == nil && len(vals) == 0 {
+		err = errors.New("empty answer")
+	}
+	return vals, err
+}
+
+// seedMissing seeds the counters a script reported missing (0-based
+// indexes into budgets).
+func (c *RedisCounters) seedMissing(ctx context.Context, now time.Time, budgets []hotpath.Budget, keys []string, missing []rueidis.RedisMessage) error {
+	for _, m := range missing {
+		i, err := m.AsInt64()
+		if err != nil || i < 0 || int(i) >= len(budgets) {
+			return countersDown("seed budget", fmt.Errorf("unexpected answer %v", m))
+		}
+		key, b := keys[i], budgets[i]
+		// The ledger query is shared by this process's callers, so no
+		// one caller's cancellation cuts it short; each waits only as
+		// long as its own context allows.
+		ch := c.seeding.DoChan(key, func() (any, error) { return nil, c.seed(context.WithoutCancel(ctx), now, &b, key) })
+		select {
+		case res := <-ch:
+			if res.Err != nil {
+				return res.Err
+			}
+		case <-ctx.Done():
+			return countersDown(fmt.Sprintf("seed %s budget", b.Kind), ctx.Err())
+		}
+	}
+	return nil
+}
+
+// seed writes b's counter at key from the ledger unless it exists.
+func (c *RedisCounters) seed(ctx context.Context, now time.Time, b *hotpath.Budget, key string) error {
+	cctx, cancel := c.call(ctx)
+	n, err := c.client.Do(cctx, c.client.B().Exists().Key(key).Build()).AsInt64()
+	cancel()
+	if err != nil {
+		return countersDown(fmt.Sprintf("seed %s budget", b.Kind), err)
+	}
+	if n == 1 {
+		return nil // seeded meanwhile
+	}
+	sctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, counterSeedTimeout)
+		defer cancel()
+	}
+	from, slot := hotpath.SeedSpan(b.Kind, now)
+	vals, err := c.seeder.SeedBudget(sctx, *b, from, now, slot)
+	if err != nil {
+		return countersDown(fmt.Sprintf("seed %s budget", b.Kind), err)
+	}
+	p := b.Kind.Period()
+	args := []string{periodArg(p), ttlArg(p, now)}
+	if p == hotpath.PeriodTrailing {
+		cur := hotpath.BurstSlotStart(now).Unix()
+		for i, v := range vals {
+			s := from.Unix() + int64(i)*int64(hotpath.BurstSlot/time.Second)
+			if s > cur {
+				break
+			}
+			if v > 0 {
+				args = append(args, strconv.FormatInt(s, 10), strconv.FormatInt(v, 10))
+			}
+		}
+	} else {
+		var sum int64
+		for _, v := range vals {
+			sum += max(v, 0)
+		}
+		args = append(args, strconv.FormatInt(sum, 10))
+	}
+	cctx, cancel = c.call(ctx)
+	defer cancel()
+	if err := seedScript.Exec(cctx, c.client, []string{key}, args).Error(); err != nil {
+		return countersDown(fmt.Sprintf("seed %s budget", b.Kind), err)
+	}
+	return nil
+}
+
+// Settle implements hotpath.Counters. It runs even when ctx is cancelled:
+// what a request cost is counted whether or not its client stayed.
+func (c *RedisCounters) Settle(ctx context.Context, r *hotpath.Reservation, actual []int64) error {
+	if err := hotpath.CheckSettle(r, actual); err != nil {
+		return err
+	}
+	if r.MarkSettled() {
+		return nil
+	}
+	var keys, args []string
+	for i := range r.N {
+		d := actual[i] - r.Amounts[i]
+		if d == 0 {
+			continue
+		}
+		b := &r.Budgets[i]
+		keys = append(keys, c.budgetKey(b, r.Slots[i]))
+		args = append(args, periodArg(b.Kind.Period()), strconv.FormatInt(d, 10), strconv.FormatInt(r.Slots[i], 10))
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	ctx, cancel := c.detached(ctx)
+	defer cancel()
+	if err := settleScript.Exec(ctx, c.client, keys, args).Error(); err != nil {
+		return countersDown("settle reservation", err)
+	}
+	return nil
+}
+
+// Usage implements hotpath.Counters.
+func (c *RedisCounters) Usage(ctx context.Context, now time.Time, budgets []hotpath.Budget, out []hotpath.BudgetState) error {
+	if len(out) < len(budgets) {
+		return fmt.Errorf("cannot read budgets: %d budgets but room for %d states", len(budgets), len(out))
+	}
+	for i := range budgets {
+		if err := hotpath.CheckBudget(&budgets[i]); err != nil {
+			return err
+		}
+	}
+	if len(budgets) == 0 {
+		return nil
+	}
+	month := hotpath.MonthStart(now).Unix()
+	oldestArg := strconv.FormatInt(hotpath.BurstWindowStart(now).Unix(), 10)
+	keys := make([]string, len(budgets))
+	args := make([]string, 0, 2*len(budgets))
+	for i := range budgets {
+		keys[i] = c.budgetKey(&budgets[i], month)
+		args = append(args, periodArg(budgets[i].Kind.Period()), oldestArg)
+	}
+	for attempt := 0; ; attempt++ {
+		vals, err := c.exec(ctx, usageScript, keys, args)
+		if err != nil {
+			return countersDown("read budgets", err)
+		}
+		first, err := vals[0].AsInt64()
+		switch {
+		case err != nil:
+			return countersDown("read budgets", err)
+		case first == 0 && len(vals) == 1+2*len(budgets):
+			return budgetStates(vals[1:], budgets, now, out)
+		case first != -2 || attempt > 0:
+			return countersDown("read budgets", fmt.Errorf("unexpected answer %d", first))
+		}
+		if err := c.seedMissing(ctx, now, budgets, keys, vals[1:]); err != nil {
+			return err
+		}
+	}
+}
+
+func budgetStates(vals []rueidis.RedisMessage, budgets []hotpath.Budget, now time.Time, out []hotpath.BudgetState) error {
+	for i := range budgets {
+		s, err := vals[2*i].ToString()
+		if err != nil {
+			return countersDown("read budgets", err)
+		}
+		used, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return countersDown("read budgets", err)
+		}
+		first, err := vals[2*i+1].AsInt64()
+		if err != nil {
+			return countersDown("read budgets", err)
+		}
+		out[i] = hotpath.BudgetState{Used: used}
+		switch budgets[i].Kind.Period() {
+		case hotpath.PeriodMonth:
+			out[i].ResetAt = hotpath.NextMonth(now).Unix()
+		case hotpath.PeriodTrailing:
+			if first > 0 {
+				out[i].ResetAt = first + int64(hotpath.BurstWindow/time.Second)
+			}
+		}
+	}
+	return nil
+}

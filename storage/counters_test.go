@@ -1,0 +1,574 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/countertest"
+	"github.com/edgegw/gateway/storage"
+	"github.com/edgegw/gateway/storage/storetest"
+)
+
+func TestRedisCountersContract(t *testing.T) {
+	client := storetest.Redis(t)
+	countertest.Run(t, func(t *testing.T, seeder hotpath.BudgetSeeder) hotpath.Counters {
+		c := storage.NewRedisCounters(client, storetest.Prefix(), seeder, nil)
+		t.Cleanup(c.Close)
+		return c
+	})
+}
+
+func TestRedisCountersKeys(t *testing.T) {
+	client := storetest.Redis(t)
+	prefix := storetest.Prefix()
+	c := storage.NewRedisCounters(client, prefix, nil, nil)
+	t.Cleanup(c.Close)
+	ctx := t.Context()
+	now := time.Now()
+
+	out := make([]hotpath.WindowState, 1)
+	_, err := c.Hit(ctx, now, []hotpath.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}, out)
+	require.NoError(t, err)
+	_, ok, err := c.Acquire(ctx, now, "cc:k1", 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	var r hotpath.Reservation
+	refused, err := c.Reserve(ctx, now, []hotpath.Budget{
+		{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: -1},
+		{Kind: hotpath.BudgetCredits, Subject: "key_2", Cap: -1},
+		{Kind: hotpath.BudgetPoolBurst, Subject: "org_1", Cap: -1},
+	}, []int64{1, 2, 3}, &r)
+	require.NoError(t, err)
+	require.Equal(t, -1, refused)
+
+	month := hotpath.MonthStart(now).Format("2006-01")
+	want := map[string]time.Duration{
+		prefix + "rl:key:k1:requests":              time.Minute,
+		prefix + "lease:cc:k1":                     hotpath.LeaseTTL,
+		prefix + "budget:key_spend:key_1:" + month: hotpath.MonthStart(now).Add(hotpath.MonthCounterKeep).Sub(now),
+		prefix + "budget:credits:key_2":            hotpath.LifetimeCounterIdle,
+		prefix + "budget:pool_burst:org_1":         hotpath.BurstWindow + hotpath.BurstSlot,
+	}
+	keys, err := client.Do(ctx, client.B().Keys().Pattern(prefix+"*").Build()).AsStrSlice()
+	require.NoError(t, err)
+	require.ElementsMatch(t, ttlKeys(want), keys)
+	for k, ttl := range want {
+		ms, err := client.Do(ctx, client.B().Pttl().Key(k).Build()).AsInt64()
+		require.NoError(t, err)
+		require.InDelta(t, ttl, time.Duration(ms)*time.Millisecond, float64(5*time.Second), k)
+	}
+	slot, err := client.Do(ctx, client.B().Hget().Key(prefix+"budget:pool_burst:org_1").Field(fmt.Sprint(hotpath.BurstSlotStart(now).Unix())).Build()).ToString()
+	require.NoError(t, err)
+	require.Equal(t, "3", slot, "a burst slot is a hash field named by its start")
+}
+
+func ttlKeys(m map[string]time.Duration) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// A process that dies holding leases frees them within the lease TTL; one
+// that lives keeps them however long its requests run.
+func TestRedisCountersCrashedProcessFreesItsSlots(t *testing.T) {
+	const ttl = 600 * time.Millisecond
+	prefix := storetest.Prefix()
+	crashing := storetest.Redis(t)
+	a := storage.NewRedisCounters(crashing, prefix, nil, nil, storage.WithLeaseTTL(ttl))
+	b := storage.NewRedisCounters(storetest.Redis(t), prefix, nil, nil, storage.WithLeaseTTL(ttl))
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	ctx := t.Context()
+
+	for range 2 {
+		_, ok, err := a.Acquire(ctx, time.Now(), "cc:k1", 2)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	time.Sleep(3 * ttl)
+	_, ok, err := b.Acquire(ctx, time.Now(), "cc:k1", 2)
+	require.NoError(t, err)
+	require.False(t, ok, "the live process renewed its leases past their TTL")
+
+	a.Close() // the process dies: no renewal, no release
+	crashing.Close()
+	crashed := time.Now()
+	n, err := b.InFlight(ctx, time.Now(), "cc:k1")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "the slots are held until their TTL runs out")
+
+	var freed time.Duration
+	require.Eventually(t, func() bool {
+		_, ok, err := b.Acquire(ctx, time.Now(), "cc:k1", 1)
+		require.NoError(t, err)
+		freed = time.Since(crashed)
+		return ok
+	}, 3*ttl, 10*time.Millisecond)
+	require.LessOrEqual(t, freed, ttl+300*time.Millisecond, "freed within the TTL (and a poll)")
+	n, err = b.InFlight(ctx, time.Now(), "cc:k1")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+}
+
+// Leases Redis lost while their requests run are reported, once, and
+// no longer renewed.
+func TestRedisCountersReportLostLeases(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	client := storetest.Redis(t)
+	prefix := storetest.Prefix()
+	var logs leaseLogBuffer
+	c := storage.NewRedisCounters(client, prefix, nil, slog.New(slog.NewJSONHandler(&logs, nil)), storage.WithLeaseTTL(ttl))
+	t.Cleanup(c.Close)
+	ctx := t.Context()
+	for _, key := range []string{"cc:k1", "cc:k2"} {
+		_, ok, err := c.Acquire(ctx, time.Now(), key, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	require.NoError(t, client.Do(ctx, client.B().Del().Key(prefix+"lease:cc:k1").Build()).Error())
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "concurrency leases expired while held") }, 3*ttl, 10*time.Millisecond)
+	require.Contains(t, logs.String(), `"lost":1`)
+	require.NotContains(t, logs.String(), "cc:k1", "lease keys are not logged")
+	time.Sleep(2 * ttl)
+	n, err := c.InFlight(ctx, time.Now(), "cc:k2")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "the other lease is still renewed")
+	n, err = c.InFlight(ctx, time.Now(), "cc:k1")
+	require.NoError(t, err)
+	require.Zero(t, n, "the lost one is not brought back")
+}
+
+type leaseLogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *leaseLogBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *leaseLogBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fixedSeeder is a ledger of fixed usage that counts its queries and may be
+// slow.
+type fixedSeeder struct {
+	usage int64
+	delay time.Duration
+	calls atomic.Int64
+}
+
+func (s *fixedSeeder) SeedBudget(ctx context.Context, _ hotpath.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
+	s.calls.Add(1)
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	n := max(int((to.Sub(from)+slot-1)/slot), 1)
+	out := make([]int64, n)
+	out[n-1] = s.usage
+	return out, nil
+}
+
+// Redis forgetting a counter (restart, eviction) rebuilds it from the
+// ledger; a settlement meanwhile never takes it below zero nor recreates it.
+func TestRedisCountersRebuildLostCounters(t *testing.T) {
+	client := storetest.Redis(t)
+	prefix := storetest.Prefix()
+	s := &fixedSeeder{usage: 500}
+	c := storage.NewRedisCounters(client, prefix, s, nil)
+	t.Cleanup(c.Close)
+	ctx := t.Context()
+	now := time.Date(2026, 3, 10, 12, 5, 0, 0, time.UTC) // the ledger's usage lands in the current burst slot
+	spend := hotpath.Budget{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 10_000}
+	burst := hotpath.Budget{Kind: hotpath.BudgetPoolBurst, Subject: "org_1", Cap: 10_000}
+	budgets := []hotpath.Budget{spend, burst}
+	usage := func() []hotpath.BudgetState {
+		out := make([]hotpath.BudgetState, 2)
+		require.NoError(t, c.Usage(ctx, now, budgets, out))
+		return out
+	}
+
+	var r hotpath.Reservation
+	refused, err := c.Reserve(ctx, now, budgets, []int64{1000, 1000}, &r)
+	require.NoError(t, err)
+	require.Equal(t, -1, refused)
+	require.Equal(t, []int64{1500, 1500}, []int64{usage()[0].Used, usage()[1].Used})
+	require.Equal(t, int64(2), s.calls.Load())
+
+	// Rebuilt without the reservation in flight, as after a restart.
+	spendKey, burstKey := prefix+"budget:key_spend:key_1:2026-03", prefix+"budget:pool_burst:org_1"
+	require.NoError(t, client.Do(ctx, client.B().Set().Key(spendKey).Value("300").Build()).Error())
+	field := fmt.Sprint(hotpath.BurstSlotStart(now).Unix())
+	require.NoError(t, client.Do(ctx, client.B().Hset().Key(burstKey).FieldValue().FieldValue(field, "300").Build()).Error())
+	require.NoError(t, c.Settle(ctx, &r, []int64{100, 100}))
+	require.Equal(t, []int64{0, 0}, []int64{usage()[0].Used, usage()[1].Used}, "a settlement never leaves a counter below zero")
+
+	require.NoError(t, client.Do(ctx, client.B().Del().Key(spendKey, burstKey).Build()).Error())
+	refused, err = c.Reserve(ctx, now, budgets, []int64{10, 10}, &r)
+	require.NoError(t, err)
+	require.Equal(t, -1, refused)
+	require.NoError(t, client.Do(ctx, client.B().Del().Key(spendKey, burstKey).Build()).Error())
+	require.NoError(t, c.Settle(ctx, &r, []int64{5, 5}))
+	n, err := client.Do(ctx, client.B().Exists().Key(spendKey, burstKey).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Zero(t, n, "a settlement does not recreate a lost counter")
+	require.Equal(t, []hotpath.BudgetState{
+		{Used: 500, ResetAt: hotpath.NextMonth(now).Unix()},
+		{Used: 500, ResetAt: hotpath.BurstSlotStart(now).Add(hotpath.BurstWindow).Unix()},
+	}, usage(), "lost counters come back from the ledger")
+	require.Equal(t, int64(6), s.calls.Load())
+}
+
+// Two processes seeding the same missing counter at once count the ledger
+// once.
+func TestRedisCountersConcurrentSeedersAcrossProcesses(t *testing.T) {
+	prefix := storetest.Prefix()
+	s := &fixedSeeder{usage: 400, delay: 30 * time.Millisecond}
+	procs := []*storage.RedisCounters{
+		storage.NewRedisCounters(storetest.Redis(t), prefix, s, nil),
+		storage.NewRedisCounters(storetest.Redis(t), prefix, s, nil),
+	}
+	for _, p := range procs {
+		t.Cleanup(p.Close)
+	}
+	now := time.Now()
+	b := []hotpath.Budget{{Kind: hotpath.BudgetWorkspaceSpend, Subject: "ws_1", Cap: 1_000_000}}
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 40 {
+		wg.Go(func() {
+			var r hotpath.Reservation
+			refused, err := procs[i%2].Reserve(context.Background(), now, b, []int64{10}, &r)
+			if err == nil && refused >= 0 {
+				err = errors.New("refused under a large cap")
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	out := make([]hotpath.BudgetState, 1)
+	require.NoError(t, procs[0].Usage(t.Context(), now, b, out))
+	require.Equal(t, int64(400+40*10), out[0].Used)
+	require.LessOrEqual(t, s.calls.Load(), int64(2), "each process asks the ledger at most once")
+}
+
+// faultProxy stands between a client and Redis and can go silent
+// (packets swallowed) or away (connections refused).
+type faultProxy struct {
+	ln     net.Listener
+	target string
+	silent atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startFaultProxy(t *testing.T, target string) *faultProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &faultProxy{ln: ln, target: target}
+	t.Cleanup(p.cut)
+	go p.serve()
+	return p
+}
+
+func (p *faultProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		go p.pipe(up, c)
+		go p.pipe(c, up)
+	}
+}
+
+func (p *faultProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.silent.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *faultProxy) cut() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// Every call on a Redis that is gone, silent or closed fails promptly
+// with hotpath.ErrCountersUnavailable.
+func TestRedisCountersUnavailable(t *testing.T) {
+	opt, err := rueidis.ParseURL(storetest.RedisURL(t))
+	require.NoError(t, err)
+	require.Len(t, opt.InitAddress, 1)
+	through := func(t *testing.T) (*faultProxy, *storage.RedisCounters) {
+		p := startFaultProxy(t, opt.InitAddress[0])
+		o := opt
+		o.InitAddress = []string{p.ln.Addr().String()}
+		o.DisableCache = true
+		client, err := rueidis.NewClient(o)
+		require.NoError(t, err)
+		t.Cleanup(client.Close)
+		c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+		t.Cleanup(c.Close)
+		return p, c
+	}
+	cases := map[string]func(t *testing.T) *storage.RedisCounters{
+		"Silent": func(t *testing.T) *storage.RedisCounters {
+			p, c := through(t)
+			requireCountersWork(t, c)
+			p.silent.Store(true)
+			return c
+		},
+		"Gone": func(t *testing.T) *storage.RedisCounters {
+			p, c := through(t)
+			requireCountersWork(t, c)
+			p.cut()
+			return c
+		},
+		"ClientClosed": func(t *testing.T) *storage.RedisCounters {
+			client := storetest.Redis(t)
+			c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+			t.Cleanup(c.Close)
+			requireCountersWork(t, c)
+			client.Close()
+			return c
+		},
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := setup(t)
+			ctx := context.Background() // no deadline: the store brings its own
+			now := time.Now()
+			ws := []hotpath.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}
+			budgets := []hotpath.Budget{{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 100}}
+			r := hotpath.Reservation{N: 1, Budgets: [hotpath.MaxReservation]hotpath.Budget{budgets[0]}, Amounts: [hotpath.MaxReservation]int64{50}}
+			calls := map[string]func() error{
+				"Hit": func() error {
+					_, err := c.Hit(ctx, now, ws, make([]hotpath.WindowState, 1))
+					return err
+				},
+				"PeekWindows": func() error { return c.PeekWindows(ctx, now, ws, make([]hotpath.WindowState, 1)) },
+				"Acquire": func() error {
+					_, _, err := c.Acquire(ctx, now, "cc:k1", 2)
+					return err
+				},
+				"Release": func() error { return c.Release(ctx, hotpath.Lease{Key: "cc:k1", ID: "x"}) },
+				"InFlight": func() error {
+					_, err := c.InFlight(ctx, now, "cc:k1")
+					return err
+				},
+				"Reserve": func() error {
+					_, err := c.Reserve(ctx, now, budgets, []int64{10}, new(hotpath.Reservation))
+					return err
+				},
+				"Settle": func() error { return c.Settle(ctx, &r, []int64{10}) },
+				"Usage":  func() error { return c.Usage(ctx, now, budgets, make([]hotpath.BudgetState, 1)) },
+			}
+			for op, call := range calls {
+				start := time.Now()
+				err := call()
+				took := time.Since(start)
+				require.ErrorIs(t, err, hotpath.ErrCountersUnavailable, op)
+				require.Less(t, took, time.Second, "%s took %v", op, took)
+			}
+		})
+	}
+}
+
+func requireCountersWork(t *testing.T, c *storage.RedisCounters) {
+	t.Helper()
+	_, ok, err := c.Acquire(t.Context(), time.Now(), "cc:probe", 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+// countingClient counts round trips: one per Do, one per pipelined DoMulti.
+type countingClient struct {
+	rueidis.Client
+	n atomic.Int64
+}
+
+func (c *countingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.n.Add(1)
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c *countingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	c.n.Add(1)
+	return c.Client.DoMulti(ctx, cmds...)
+}
+
+// Every call is one round trip once its counters exist.
+func TestRedisCountersOneRoundTripEach(t *testing.T) {
+	client := &countingClient{Client: storetest.Redis(t)}
+	c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+	t.Cleanup(c.Close)
+	ctx := t.Context()
+	now := time.Now()
+	ws := []hotpath.Window{
+		{Key: "rl:key:k1:requests", Limit: 100, Length: time.Minute},
+		{Key: "rl:org:o1:requests", Limit: 100, Length: time.Minute},
+	}
+	out := make([]hotpath.WindowState, 2)
+	budgets := []hotpath.Budget{
+		{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 1 << 40},
+		{Kind: hotpath.BudgetWorkspaceSpend, Subject: "ws_1", Cap: 1 << 40},
+		{Kind: hotpath.BudgetCredits, Subject: "key_1", Cap: 1 << 40},
+		{Kind: hotpath.BudgetPoolMonthly, Subject: "org_1", Cap: 1 << 40},
+		{Kind: hotpath.BudgetPoolBurst, Subject: "org_1", Cap: 1 << 40},
+		{Kind: hotpath.BudgetMiraRequests, Subject: "org_1", Cap: 1 << 40},
+	}
+	amounts := []int64{10, 10, 10, 10, 10, 1}
+	states := make([]hotpath.BudgetState, len(budgets))
+	var lease hotpath.Lease
+	var r hotpath.Reservation
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Hit", func() error { _, err := c.Hit(ctx, now, ws, out); return err }},
+		{"PeekWindows", func() error { return c.PeekWindows(ctx, now, ws, out) }},
+		{"Acquire", func() error { var err error; lease, _, err = c.Acquire(ctx, now, "cc:k1", 10); return err }},
+		{"InFlight", func() error { _, err := c.InFlight(ctx, now, "cc:k1"); return err }},
+		{"Release", func() error { return c.Release(ctx, lease) }},
+		{"Reserve", func() error { _, err := c.Reserve(ctx, now, budgets, amounts, &r); return err }},
+		{"Settle", func() error { return c.Settle(ctx, &r, []int64{5, 5, 5, 5, 5, 1}) }},
+		{"Usage", func() error { return c.Usage(ctx, now, budgets, states) }},
+	}
+	for _, warm := range []bool{true, false} {
+		for _, cl := range calls {
+			before := client.n.Load()
+			require.NoError(t, cl.call(), cl.name)
+			if !warm { // the first calls load the scripts and seed the counters
+				require.Equal(t, int64(1), client.n.Load()-before, cl.name)
+			}
+		}
+	}
+}
+
+func BenchmarkRedisCounters(b *testing.B) {
+	client := &countingClient{Client: storetest.Redis(b)}
+	c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+	b.Cleanup(c.Close)
+	now := time.Now()
+	var seq atomic.Int64
+	roundTrips := func(b *testing.B) {
+		start := client.n.Load()
+		b.Cleanup(func() { b.ReportMetric(float64(client.n.Load()-start)/float64(b.N), "roundtrips/op") })
+	}
+	b.Run("Hit", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(16) // many requests in flight, as in a gateway: rueidis pipelines them
+		roundTrips(b)
+		b.RunParallel(func(pb *testing.PB) {
+			g := seq.Add(1)
+			ws := []hotpath.Window{
+				{Key: fmt.Sprintf("rl:key:k%d:requests", g), Limit: 1 << 62, Length: time.Minute},
+				{Key: fmt.Sprintf("rl:org:o%d:requests", g%4), Limit: 1 << 62, Length: time.Minute},
+			}
+			out := make([]hotpath.WindowState, 2)
+			for pb.Next() {
+				if _, err := c.Hit(context.Background(), now, ws, out); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("AcquireRelease", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(16) // many requests in flight, as in a gateway: rueidis pipelines them
+		roundTrips(b)
+		b.RunParallel(func(pb *testing.PB) {
+			key := fmt.Sprintf("cc:k%d", seq.Add(1))
+			for pb.Next() {
+				l, ok, err := c.Acquire(context.Background(), now, key, 4)
+				if err != nil || !ok {
+					b.Error(err, ok)
+					return
+				}
+				if err := c.Release(context.Background(), l); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("ReserveSettle", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(16) // many requests in flight, as in a gateway: rueidis pipelines them
+		roundTrips(b)
+		b.RunParallel(func(pb *testing.PB) {
+			g := seq.Add(1)
+			budgets := []hotpath.Budget{
+				{Kind: hotpath.BudgetKeySpend, Subject: fmt.Sprintf("key_%d", g), Cap: 1 << 62},
+				{Kind: hotpath.BudgetWorkspaceSpend, Subject: fmt.Sprintf("ws_%d", g%4), Cap: 1 << 62},
+				{Kind: hotpath.BudgetPoolMonthly, Subject: fmt.Sprintf("org_%d", g%4), Cap: 1 << 62},
+				{Kind: hotpath.BudgetPoolBurst, Subject: fmt.Sprintf("org_%d", g%4), Cap: 1 << 62},
+			}
+			amounts := []int64{1000, 1000, 100, 100}
+			actual := []int64{600, 600, 60, 60}
+			var r hotpath.Reservation
+			for pb.Next() {
+				if refused, err := c.Reserve(context.Background(), now, budgets, amounts, &r); err != nil || refused >= 0 {
+					b.Error(err, refused)
+					return
+				}
+				if err := c.Settle(context.Background(), &r, actual); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
