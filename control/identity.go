@@ -126,6 +126,9 @@ func (a *API) revokeKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	id, _ := ctx.UserValue("id").(string)
 	qctx, cancel := queryContext()
 	defer cancel()
+	if kind, err := a.DB.OwnKeyKind(qctx, id, c.User.UserID, c.User.OrgID); err == nil && kind == hotpath.KindSignedIn {
+		return errSignedInNotRevocable
+	}
 	h, err := a.DB.RevokeOwnKey(qctx, id, c.User.UserID, c.User.OrgID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return errKeyNotFound

@@ -51,18 +51,22 @@ func TestRenderEnv(t *testing.T) {
 	tests := []struct {
 		name              string
 		pgPort, redisPort int
+		chromium          string
 		want              string
 	}{
-		{"postgres only", 54329, 0, "DATABASE_URL=postgres://gateway@127.0.0.1:54329/gateway?sslmode=disable\n"},
-		{"with redis", 54329, 63799, "DATABASE_URL=postgres://gateway@127.0.0.1:54329/gateway?sslmode=disable\n" +
+		{"postgres only", 54329, 0, "", "DATABASE_URL=postgres://gateway@127.0.0.1:54329/gateway?sslmode=disable\n"},
+		{"with redis", 54329, 63799, "", "DATABASE_URL=postgres://gateway@127.0.0.1:54329/gateway?sslmode=disable\n" +
 			"REDIS_URL=redis://127.0.0.1:63799/0\n"},
-		{"other ports", 6000, 6001, "DATABASE_URL=postgres://gateway@127.0.0.1:6000/gateway?sslmode=disable\n" +
+		{"other ports", 6000, 6001, "", "DATABASE_URL=postgres://gateway@127.0.0.1:6000/gateway?sslmode=disable\n" +
 			"REDIS_URL=redis://127.0.0.1:6001/0\n"},
+		{"with chromium", 54329, 63799, "/usr/bin/chromium",
+			"DATABASE_URL=postgres://gateway@127.0.0.1:54329/gateway?sslmode=disable\n" +
+				"REDIS_URL=redis://127.0.0.1:63799/0\nCHROMIUM_PATH=/usr/bin/chromium\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := string(renderEnv(tt.pgPort, tt.redisPort)); got != tt.want {
-				t.Errorf("renderEnv(%d, %d) =\n%s\nwant\n%s", tt.pgPort, tt.redisPort, got, tt.want)
+			if got := string(renderEnv(tt.pgPort, tt.redisPort, tt.chromium)); got != tt.want {
+				t.Errorf("renderEnv(%d, %d, %q) =\n%s\nwant\n%s", tt.pgPort, tt.redisPort, tt.chromium, got, tt.want)
 			}
 		})
 	}

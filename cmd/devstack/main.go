@@ -3,13 +3,16 @@
 //
 // Usage:
 //
-//	devstack up [--redis] [--pg-port 54329] [--redis-port 63799]
+//	devstack up [--redis] [--chromium] [--pg-port 54329] [--redis-port 63799]
 //	devstack down
 //	devstack env
 //
 // up is idempotent: a server that already runs from .data/ on the requested
 // port is left alone. It then writes .data/services.env with DATABASE_URL (and
-// REDIS_URL when Redis runs), which the Makefile sources. The servers listen on
+// REDIS_URL when Redis runs, CHROMIUM_PATH when Chromium is installed), which
+// the Makefile sources. With --chromium (the default with --redis, which is
+// how make test brings the services up) a missing Chromium is installed for
+// the approval-page browser tests. The servers listen on
 // 127.0.0.1 only and trade durability for speed (fsync off, no Redis
 // persistence): they are for development and tests, never for real data.
 //
@@ -37,9 +40,10 @@ const (
 const usage = `usage: devstack <command> [flags]
 
 commands:
-  up [--redis] [--pg-port N] [--redis-port N]
+  up [--redis] [--chromium] [--pg-port N] [--redis-port N]
         start PostgreSQL (and Redis with --redis) under .data/ and write
-        .data/services.env; does nothing for a server already running
+        .data/services.env; does nothing for a server already running;
+        --chromium (default with --redis) installs Chromium when missing
   down  stop the servers started by up
   env   print .data/services.env (fails when the servers are not up)
 `
@@ -84,6 +88,7 @@ func run(ctx context.Context, args []string) error {
 func runUp(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	withRedis := fs.Bool("redis", false, "also start Redis")
+	withChromium := fs.Bool("chromium", false, "also make sure Chromium is installed, for the browser tests (default: on with --redis, as make test runs it)")
 	pgPort := fs.Int("pg-port", defaultPGPort, "PostgreSQL port on 127.0.0.1")
 	redisPort := fs.Int("redis-port", defaultRedisPort, "Redis port on 127.0.0.1")
 	if err := parseFlags(fs, args); err != nil {
@@ -103,7 +108,12 @@ func runUp(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.close()
-	return s.up(ctx, upOptions{redis: *withRedis, pgPort: *pgPort, redisPort: *redisPort})
+	chromiumSet := false
+	fs.Visit(func(f *flag.Flag) { chromiumSet = chromiumSet || f.Name == "chromium" })
+	if !chromiumSet {
+		*withChromium = *withRedis // the test services: make test runs up --redis
+	}
+	return s.up(ctx, upOptions{redis: *withRedis, chromium: *withChromium, pgPort: *pgPort, redisPort: *redisPort})
 }
 
 func runDown(ctx context.Context, args []string) error {

@@ -33,6 +33,7 @@ type stack struct {
 
 type upOptions struct {
 	redis     bool
+	chromium  bool
 	pgPort    int
 	redisPort int
 }
@@ -111,7 +112,11 @@ func (s *stack) up(ctx context.Context, opt upOptions) error {
 	case s.redisRunning(opt.redisPort):
 		redisPort = opt.redisPort // started earlier with --redis: keep advertising it
 	}
-	if err := s.writeEnv(renderEnv(opt.pgPort, redisPort)); err != nil {
+	chromium, err := findChromium(ctx, &in, opt.chromium)
+	if err != nil {
+		return err
+	}
+	if err := s.writeEnv(renderEnv(opt.pgPort, redisPort, chromium)); err != nil {
 		return err
 	}
 	logf("wrote %s", s.rel(s.envFile()))
@@ -199,11 +204,15 @@ func findRootFrom(start string) (string, error) {
 	}
 }
 
-// renderEnv renders services.env. redisPort 0 leaves REDIS_URL out.
-func renderEnv(pgPort, redisPort int) []byte {
+// renderEnv renders services.env. redisPort 0 leaves REDIS_URL out, an
+// empty chromium leaves CHROMIUM_PATH out.
+func renderEnv(pgPort, redisPort int, chromium string) []byte {
 	env := fmt.Appendf(nil, "DATABASE_URL=postgres://%s@127.0.0.1:%d/%s?sslmode=disable\n", pgUser, pgPort, pgDatabase)
 	if redisPort != 0 {
 		env = fmt.Appendf(env, "REDIS_URL=redis://127.0.0.1:%d/0\n", redisPort)
+	}
+	if chromium != "" {
+		env = fmt.Appendf(env, "CHROMIUM_PATH=%s\n", chromium)
 	}
 	return env
 }
