@@ -30,11 +30,23 @@ type Invalidator interface {
 
 // API holds the control plane's dependencies.
 type API struct {
-	DB       *storage.DB
-	Keys     Invalidator
-	Log      *slog.Logger
-	Commit   string
-	draining atomic.Bool
+	DB     *storage.DB
+	Keys   Invalidator
+	Log    *slog.Logger
+	Commit string
+	// Limits is the enforcement state GET /api/v1/limits reads; nil leaves
+	// the route out.
+	Limits *hotpath.Limits
+	// PoolTiers are the tiers that draw on the token pools, blocked when
+	// a pool is spent.
+	PoolTiers []string
+	// SignIn configures device login, native OAuth and the approval page.
+	SignIn SignInConfig
+	// LoginLimiter paces the public sign-in routes per client address; nil
+	// uses an in-process limiter of SignIn.RateLimit per minute.
+	LoginLimiter LoginLimiter
+	signin       *signIn
+	draining     atomic.Bool
 }
 
 // Register adds the control plane's routes.
@@ -52,6 +64,7 @@ func (a *API) Register(r Registrar) {
 	r.Handle(fasthttp.MethodPost, "/api/v1/keys", user("keys_create", hotpath.FamilyOrg), a.createKey)
 	r.Handle(fasthttp.MethodDelete, "/api/v1/keys/{id}", user("keys_revoke", hotpath.FamilyOrg), a.revokeKey)
 	a.registerLogs(r)
+	a.registerLimits(r)
 	a.registerConversations(r)
 	a.registerSignIn(r)
 }

@@ -29,6 +29,15 @@ type Call struct {
 	User *Principal
 	// Service is the verified service token on service routes; nil elsewhere.
 	Service *ServiceToken
+
+	// Usage is the request's ledger row as the route fills it in (tier,
+	// tokens, cost, billed). The edge completes and records it when the
+	// handler returns, unless UsageDetached says a stream took the row over
+	// and records it when it ends.
+	Usage         UsageRecord
+	UsageDetached bool
+	// ErrorCode is the code the edge answered with; 0 on success.
+	ErrorCode codec.Code
 }
 
 var callPool = sync.Pool{New: func() any { return new(Call) }}
@@ -84,4 +93,13 @@ type Access struct {
 	Name   string
 	Auth   Auth
 	Family Family
+	// Rate is the per-minute window a user route counts in; the zero value
+	// is the shared request window.
+	Rate RateBucket
+	// Billable routes are refused to read-only keys (key_read_only), with
+	// the key check, before the limiter.
+	Billable bool
+	// Unlogged routes write no ledger row: reads of the caller's own
+	// limits, which must cost and write nothing.
+	Unlogged bool
 }

@@ -79,13 +79,28 @@ type Principal struct {
 	SpendCapMicros int64
 	// CreditsMicros is the prepaid credit of a headless key in micro-USD; -1 means none.
 	CreditsMicros int64
-	WorkspaceID   string // empty when the key belongs to no workspace
+	// CreditsAdjustMicros is an operator's adjustment to the granted
+	// credit, in micro-USD (may be negative).
+	CreditsAdjustMicros int64
+	WorkspaceID         string // empty when the key belongs to no workspace
+	// WorkspaceCapMicros is the key's workspace's monthly spend cap in
+	// micro-USD; -1 means none.
+	WorkspaceCapMicros int64
+	// Plan is the organization's subscription plan; empty selects the
+	// default plan.
+	Plan string
 	// ExpiresAt is the Unix time in seconds when the key stops working; 0 never.
 	ExpiresAt int64
 	// Revoked and Suspended are kept so that a refused key is answered from
 	// the cache too: revocation is final, and suspension changes notify.
 	Revoked   bool
 	Suspended bool
+}
+
+// CreditsCapMicros is a headless key's whole credit: granted plus
+// adjustment, never below zero.
+func (p *Principal) CreditsCapMicros() int64 {
+	return max(max(p.CreditsMicros, 0)+p.CreditsAdjustMicros, 0)
 }
 
 // AllowsModel reports whether the key's allowlist admits the tier.

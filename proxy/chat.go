@@ -38,6 +38,17 @@ type ChatConfig struct {
 	Log *slog.Logger
 	// Metrics is where the chat metrics are registered. Required.
 	Metrics *metrics.Set
+	// Limits admits each request against the key's concurrency ceiling and
+	// budgets; nil admits everything.
+	Limits *hotpath.Limits
+	// Usage receives a stream's ledger row when the stream ends (the edge
+	// records every other row); nil records nothing.
+	Usage hotpath.UsageSink
+	// ConnsKept must be set exactly when the server serving the routes has
+	// KeepHijackedConns: a stream then gives the connection's read buffer
+	// and request context back as soon as it takes the connection over, and
+	// closes the connection itself.
+	ConnsKept bool
 }
 
 // Chat serves POST /api/v1/chat, POST /api/v2/chat and
@@ -112,19 +123,30 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 // Register adds the three chat routes. /api/v2/chat is its own wire, not a
 // mirror of /api/v1/chat.
 func (ch *Chat) Register(rt *Router) {
-	a := hotpath.Access{Auth: hotpath.AuthUser, Family: hotpath.FamilyChat}
-	a.Name = "chat_v1"
+	a := hotpath.Access{Auth: hotpath.AuthUser, Family: hotpath.FamilyChat, Billable: true}
+	a.Name = ChatV1.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/api/v1/chat", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return ch.serve(ctx, c, ChatV1)
 	})
-	a.Name = "chat_v2"
+	a.Name = ChatV2.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/api/v2/chat", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return ch.serve(ctx, c, ChatV2)
 	})
-	a.Name = "chat_openai"
+	a.Name = ChatOpenAI.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/v1/chat/completions", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return ch.serve(ctx, c, ChatOpenAI)
 	})
+}
+
+// routeName is the wire's route name in metrics, logs and the ledger.
+func (w ChatWire) routeName() string {
+	switch w {
+	case ChatV1:
+		return "chat_v1"
+	case ChatV2:
+		return "chat_v2"
+	}
+	return "chat_openai"
 }
 
 // turn is one chat request's state. It outlives the fasthttp handler when
@@ -156,6 +178,18 @@ type turn struct {
 	countSys string
 	count    int
 	keyID    string
+
+	// Admission: the key's concurrency lease and the budgets reserved.
+	principal *hotpath.Principal
+	lease     hotpath.Lease
+	leaseHeld bool
+	charge    hotpath.Charge
+	poolsLow  bool
+	billed    bool
+	estimated bool
+	// usage is a stream's ledger row, which outlives the Call.
+	usage hotpath.UsageRecord
+	ttft  time.Duration
 }
 
 var turnPool = sync.Pool{New: func() any { return new(turn) }}
@@ -197,14 +231,71 @@ func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire ChatWire) 
 		return errConcurrency
 	}
 	t := acquireTurn()
-	t.ch, t.wire, t.start, t.keyID = ch, wire, c.Start, c.User.KeyID
+	t.ch, t.wire, t.start, t.keyID, t.principal = ch, wire, c.Start, c.User.KeyID, c.User
 	t.requestID = append(t.requestID, c.ID()...)
 	streaming, err := t.prepare(ctx, c)
 	if err != nil || !streaming {
+		t.account(&c.Usage)
+		t.admitted()
 		releaseTurn(t)
 		ch.gate.Release()
 	}
 	return err
+}
+
+// account fills the serving side of a ledger row: tier, tokens, cost.
+func (t *turn) account(r *hotpath.UsageRecord) {
+	if t.up != nil {
+		r.Tier = t.up.Tier.Name
+	}
+	r.Stream, r.Billed = t.req.Stream, t.billed
+	if t.billed {
+		b := &t.bill
+		r.InputTokens, r.OutputTokens, r.CostPico = b.InputTokens, b.OutputTokens, b.AmountPico
+		r.Estimated = t.estimated
+		if l := t.ch.cfg.Limits; l != nil {
+			r.WeightedTokens = l.Weighted(t.principal, b.Tier, b.InputTokens+b.OutputTokens)
+		}
+	}
+	r.TTFTUS = t.ttft.Microseconds()
+}
+
+// admitted settles the turn's budgets to what it really cost and gives its
+// concurrency slot back. Every ending passes here exactly once.
+func (t *turn) admitted() {
+	l := t.ch.cfg.Limits
+	if l == nil {
+		return
+	}
+	t.ch.cfg.Limits.Settle(&t.charge, t.billed, t.bill.AmountPico, t.bill.InputTokens+t.bill.OutputTokens)
+	if t.leaseHeld {
+		t.leaseHeld = false
+		l.Release(t.lease)
+	}
+}
+
+// admit takes the key's concurrency slot and reserves the most this turn can
+// cost against every budget that applies. It runs after routing, so the
+// tier and the clamped max_tokens are known.
+func (t *turn) admit(c *hotpath.Call) *codec.Error {
+	l := t.ch.cfg.Limits
+	if l == nil {
+		return nil
+	}
+	p := c.User
+	lease, held, refusal := l.Acquire(context.Background(), c.Start, p)
+	if refusal != nil {
+		return refusal
+	}
+	t.lease, t.leaseHeld = lease, held
+	in := int64(t.bound)
+	if t.counted {
+		in = int64(t.count)
+	}
+	prices := &t.up.Tier.Prices
+	maxCost := in*prices.InputPerM + t.plan.MaxTokens*prices.OutputPerM
+	l.PlanCharge(&t.charge, p, t.up.Tier.Name, maxCost, in+t.plan.MaxTokens)
+	return l.Reserve(context.Background(), c.Start, &t.charge, p)
 }
 
 // prepare runs everything up to the upstream call and either answers a
@@ -224,10 +315,16 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	}
 	t.plan = plan
 	t.bound, t.images = promptBound(&t.req), hasImages(&t.req)
+	if l := t.ch.cfg.Limits; l != nil && plan.Auto {
+		t.poolsLow = l.PoolsLow(context.Background(), c.Start, c.User)
+	}
 	if cerr := t.route(c.User); cerr != nil {
 		return false, cerr
 	}
 	if cerr := t.checkContext(); cerr != nil {
+		return false, cerr
+	}
+	if cerr := t.admit(c); cerr != nil {
 		return false, cerr
 	}
 	t.head = codec.Head{ID: t.newCompletionID(), Created: time.Now().Unix(), Model: t.up.Tier.Name}
@@ -263,7 +360,10 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		return false, err
 	}
 	if t.req.Stream {
-		return true, t.openStream(ctx, upReq)
+		if t.ch.cfg.Usage != nil {
+			FillUsage(&t.usage, c, t.wire.routeName())
+		}
+		return true, t.openStream(ctx, upReq, c)
 	}
 	err = t.complete(ctx, upReq, claim)
 	fasthttp.ReleaseRequest(upReq)

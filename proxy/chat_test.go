@@ -48,6 +48,8 @@ type fixtureOptions struct {
 	idempotency hotpath.IdempotencyStore
 	principal   hotpath.Principal
 	dial        func() (net.Conn, error) // replaces the simulator
+	limits      *hotpath.Limits
+	usage       hotpath.UsageSink
 }
 
 func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
@@ -90,25 +92,28 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	var err error
 	f.chat, err = NewChat(ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: o.idempotency, MaxInFlight: o.maxInFlight,
-		Log: log, Metrics: f.set})
+		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage})
 	require.NoError(t, err)
 
 	src := &mapSource{users: map[hotpath.TokenHash]*hotpath.Principal{}}
 	var h hotpath.TokenHash
 	f.key, h = hotpath.GenerateToken(hotpath.TokenUser)
 	p := o.principal
-	p.KeyID, p.UserID, p.OrgID, p.Kind = "key-1", "user-1", "org-1", hotpath.KindDeveloper
+	p.KeyID, p.UserID, p.OrgID = "key-1", "user-1", "org-1"
+	if p.Kind == 0 {
+		p.Kind = hotpath.KindDeveloper
+	}
 	src.users[h] = &p
 	v, err := hotpath.NewVerifier(hotpath.VerifierConfig{}, src)
 	require.NoError(t, err)
 	v.SetLive(true)
 	t.Cleanup(v.Close)
-	rt := NewRouter(NewEdge(EdgeConfig{Verifier: v, Log: log, Metrics: f.set}))
+	rt := NewRouter(NewEdge(EdgeConfig{Verifier: v, Log: log, Metrics: f.set, Limits: o.limits, Usage: o.usage}))
 	f.chat.Register(rt)
 	f.handler, f.verify = rt.Handler(), v
 
 	ln := fasthttputil.NewInmemoryListener()
-	srv := &fasthttp.Server{Handler: rt.Handler()}
+	srv := &fasthttp.Server{Handler: rt.Handler(), KeepHijackedConns: true}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	f.rawDial = ln.Dial
@@ -116,6 +121,9 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 		DialContext:        func(context.Context, string, string) (net.Conn, error) { return ln.Dial() },
 		DisableCompression: true,
 	}}
+	// Before the server's shutdown (cleanups run last first): the server
+	// waits for every client connection to close.
+	t.Cleanup(f.client.CloseIdleConnections)
 	return f
 }
 

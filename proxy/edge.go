@@ -38,6 +38,8 @@ const (
 // Edge applies the cross-cutting rules to every route.
 type Edge struct {
 	verifier  *hotpath.Verifier
+	limits    *hotpath.Limits
+	usage     hotpath.UsageSink
 	log       *slog.Logger
 	set       *metrics.Set
 	accessLog bool
@@ -56,11 +58,16 @@ type EdgeConfig struct {
 	// AccessLog writes one line per request: id, method, route, status,
 	// duration and key id; never a path's query, a body or a key.
 	AccessLog bool
+	// Limits meters user routes in per-minute windows; nil meters nothing.
+	Limits *hotpath.Limits
+	// Usage receives one ledger row per user request; nil records nothing.
+	Usage hotpath.UsageSink
 }
 
 // NewEdge returns an edge and registers its metrics.
 func NewEdge(cfg EdgeConfig) *Edge {
-	e := &Edge{verifier: cfg.Verifier, log: cfg.Log, set: cfg.Metrics, accessLog: cfg.AccessLog}
+	e := &Edge{verifier: cfg.Verifier, log: cfg.Log, set: cfg.Metrics, accessLog: cfg.AccessLog,
+		limits: cfg.Limits, usage: cfg.Usage}
 	for c := codec.Code(0); c == 0 || c.Valid(); c++ {
 		if c == 0 {
 			e.errors = append(e.errors, nil)
@@ -106,6 +113,15 @@ func (e *Edge) Wrap(a hotpath.Access, wire Wire, h Handler) fasthttp.RequestHand
 		if e.accessLog {
 			e.logAccess(ctx, c, a, status)
 		}
+		if e.usage != nil && c.User != nil && !c.UsageDetached && !a.Unlogged {
+			r := &c.Usage
+			FillUsage(r, c, a.Name)
+			r.Status, r.DurationUS = status, time.Since(c.Start).Microseconds()
+			if c.ErrorCode != 0 {
+				r.ErrorCode = c.ErrorCode.String()
+			}
+			e.usage.Record(r)
+		}
 		hotpath.ReleaseCall(c)
 	}
 }
@@ -132,6 +148,18 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 			return scopeForbidden(a.Family)
 		}
 		c.User = p
+		if a.Billable && p.ReadOnly {
+			return codec.ErrKeyReadOnly
+		}
+		if e.limits != nil && a.Rate != hotpath.RateNone {
+			st, metered, refusal := e.limits.Hit(context.Background(), c.Start, p, a.Rate)
+			if metered {
+				setRateHeaders(ctx, st)
+			}
+			if refusal != nil {
+				return refusal
+			}
+		}
 	case hotpath.AuthService:
 		s, cerr := e.verifier.VerifyService(ctx.Request.Header.Peek(HeaderAuthorization))
 		if cerr != nil {
@@ -143,6 +171,34 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 		c.Service = s
 	}
 	return h(ctx, c)
+}
+
+// Rate-limit headers.
+const (
+	headerRateLimit     = "X-RateLimit-Limit"
+	headerRateRemaining = "X-RateLimit-Remaining"
+	headerRateReset     = "X-RateLimit-Reset"
+)
+
+// setRateHeaders describes the per-minute request window. A window not yet
+// opened resets a full window from now.
+func setRateHeaders(ctx *fasthttp.RequestCtx, st hotpath.RateState) {
+	var b [20]byte
+	h := &ctx.Response.Header
+	h.SetBytesV(headerRateLimit, appendInt(b[:0], int(st.Limit)))
+	h.SetBytesV(headerRateRemaining, appendInt(b[:0], int(st.Remaining)))
+	reset := st.ResetAt
+	if reset == 0 {
+		reset = time.Now().Add(hotpath.RateWindow).Unix()
+	}
+	h.SetBytesV(headerRateReset, appendInt(b[:0], int(reset)))
+}
+
+// FillUsage fills the caller's side of a ledger row: who, when, which route.
+func FillUsage(r *hotpath.UsageRecord, c *hotpath.Call, route string) {
+	p := c.User
+	r.RequestID, r.At, r.Route = c.IDString(), c.Start, route
+	r.KeyID, r.UserID, r.OrgID, r.WorkspaceID, r.Bucket = p.KeyID, p.UserID, p.OrgID, p.WorkspaceID, p.Kind.Bucket()
 }
 
 var scopeErrors = func() (out [32]*codec.Error) {
@@ -189,6 +245,7 @@ func (e *Edge) writeError(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire Wire, 
 	if int(cerr.Code) < len(e.errors) && e.errors[cerr.Code] != nil {
 		e.errors[cerr.Code].Inc()
 	}
+	c.ErrorCode = cerr.Code
 	WriteError(ctx, wire, cerr, c.ID())
 }
 

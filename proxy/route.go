@@ -34,6 +34,9 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 	} else {
 		order := [3]string{"mira", "vaani", "kavi"}
 		switch {
+		case t.poolsLow:
+			// The plan's pools are running out: mira first, whatever
+			// the request's shape.
 		case t.plan.EffortSet && t.plan.Effort == hotpath.EffortHigh:
 			order = [3]string{"kavi", "vaani", "mira"}
 		case t.plan.HasTools || t.plan.EffortSet && t.plan.Effort != hotpath.EffortNone:
@@ -221,10 +224,12 @@ func (t *turn) settleBill(u *codec.Usage, has bool, delivered ...[]byte) {
 	b := &t.bill
 	*b = codec.Bill{Tier: tier.Name, InputPerM: tier.Prices.InputPerM, OutputPerM: tier.Prices.OutputPerM,
 		CacheReadPerM: tier.Prices.CacheReadPerM}
+	t.billed = true
 	if has {
 		b.InputTokens, b.OutputTokens, b.CacheReadTokens = u.PromptTokens, u.CompletionTokens, u.CachedTokens
 		b.PromptCacheActive = u.CachedTokens > 0
 	} else {
+		t.estimated = true
 		t.ch.m.estimated.Inc()
 		b.InputTokens = int64(t.promptTokens(t.up))
 		for _, d := range delivered {

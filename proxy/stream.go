@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
 )
 
 // openStream calls the upstream (retrying only while nothing has reached
@@ -21,7 +22,7 @@ import (
 // one goroutine, which owns t from then on. A stream costs one goroutine and
 // no pipe; its body ends when the connection closes (Connection: close), so
 // a failure can never be mistaken for a complete chunked body.
-func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request) error {
+func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *hotpath.Call) error {
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = true
 	cerr := t.call(t.up.stream, req, resp, time.Now().Add(t.up.cfg.StreamMax))
@@ -38,28 +39,57 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request) error
 	h.SetContentLength(-2) // the body ends with the connection
 	t.out = h.AppendBytes(t.out[:0])
 	ctx.HijackSetNoResponse(true)
+	c.UsageDetached = true
 	ch := t.ch
 	ch.streams.Add(1)
 	ch.open.Add(1)
 	ctx.Hijack(func(c net.Conn) {
-		defer func() { ch.open.Add(-1); ch.streams.Done() }()
-		defer func() {
-			// The edge's recovery ended with the handler; a panic here
-			// must not take the process down, and must free everything.
-			if r := recover(); r != nil {
-				t.ch.cfg.Log.Error("stream writer panicked", "request_id", string(t.requestID), "panic", fmt.Sprint(r),
-					"stack", string(debug.Stack()))
+		if ch.cfg.ConnsKept {
+			// The server keeps the connection after this returns and
+			// hands its request context back to its pool; the raw socket
+			// leaves the server's read buffer behind for the collector.
+			// A stream needs neither: it only writes.
+			if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
+				c = u.UnsafeConn()
 			}
-			_ = resp.CloseBodyStream()
-			fasthttp.ReleaseResponse(resp)
-			gate := t.ch.gate
-			releaseTurn(t)
-			gate.Release()
-		}()
-		w := clientWriter{Conn: c, bound: t.up.cfg.StreamIdle}
-		t.pump(&w, resp)
+			go t.write(c, resp, true)
+			return
+		}
+		t.write(c, resp, false)
 	})
 	return nil
+}
+
+// write runs the stream on the client connection c and frees everything the
+// stream held when it ends; closeConn closes c, which the server no longer
+// does.
+func (t *turn) write(c net.Conn, resp *fasthttp.Response, closeConn bool) {
+	ch := t.ch
+	defer func() { ch.open.Add(-1); ch.streams.Done() }()
+	if closeConn {
+		defer c.Close()
+	}
+	defer func() {
+		// The edge's recovery ended with the handler; a panic here must
+		// not take the process down, and must free everything.
+		if r := recover(); r != nil {
+			ch.cfg.Log.Error("stream writer panicked", "request_id", string(t.requestID), "panic", fmt.Sprint(r),
+				"stack", string(debug.Stack()))
+		}
+		_ = resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(resp)
+		t.admitted()
+		if sink := ch.cfg.Usage; sink != nil {
+			r := &t.usage
+			t.account(r)
+			r.Status, r.DurationUS = fasthttp.StatusOK, time.Since(t.start).Microseconds()
+			sink.Record(r)
+		}
+		releaseTurn(t)
+		ch.gate.Release()
+	}()
+	w := clientWriter{Conn: c, bound: t.up.cfg.StreamIdle}
+	t.pump(&w, resp)
 }
 
 // clientWriter writes frames to the client's socket. A client that stops
@@ -146,6 +176,7 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) {
 				// The client left: stop reading; closing the body cancels
 				// the upstream. Bill what was delivered.
 				t.ch.m.clientGone.Inc()
+				t.usage.ErrorCode = codec.CodeClientClosedRequest.String()
 				t.settleBill(nil, false, t.delivered)
 				return
 			}
@@ -253,7 +284,8 @@ func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *
 		if len(t.out) > 0 {
 			if !st.firstSent {
 				st.firstSent = true
-				t.ch.m.ttft.UpdateDuration(t.start)
+				t.ttft = time.Since(t.start)
+				t.ch.m.ttft.Update(t.ttft.Seconds())
 			}
 			if !t.flush(w) {
 				return false
@@ -267,6 +299,7 @@ func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *
 // [DONE]; /api/v2/chat sends an error event. What was delivered is billed.
 func (t *turn) fail(w io.Writer, cerr *codec.Error) {
 	t.ch.m.streamsBroken.Inc()
+	t.usage.ErrorCode = cerr.Code.String()
 	t.ch.cfg.Log.Warn("stream failed after it opened", "request_id", string(t.requestID), "tier", t.up.Tier.Name,
 		"code", cerr.Code.String())
 	t.settleBill(nil, false, t.delivered)

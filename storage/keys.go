@@ -84,11 +84,16 @@ func (db *DB) CreateKey(ctx context.Context, k NewKey) (IssuedKey, error) {
 	out := IssuedKey{AccessToken: token, TokenType: "bearer", UserID: k.UserID, Org: org, ExpiresAt: optTimestamp(expires)}
 	err = db.Pool.QueryRow(ctx, `insert into api_keys
 		(hash, kind, user_id, org_id, scopes, models, read_only, spend_cap_micros, credits_micros, workspace_id, expires_at)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) returning id`,
+		select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+		where $10::uuid is null or exists (select 1 from workspaces where id = $10::uuid and org_id = $4)
+		returning id`,
 		hash[:], k.Kind.String(), k.UserID, k.OrgID, k.Scopes.Stored(), models, k.ReadOnly,
 		k.SpendCapMicros, k.CreditsMicros, workspace, expires).Scan(&out.KeyID)
 	if pgErrCode(err) == "22P02" {
 		return IssuedKey{}, fmt.Errorf("cannot create key: workspace id is not a UUID")
+	}
+	if errors.Is(err, pgx.ErrNoRows) || pgErrCode(err) == "23503" {
+		return IssuedKey{}, fmt.Errorf("cannot create key: workspace %w in the organization", ErrNotFound)
 	}
 	if err != nil {
 		return IssuedKey{}, fmt.Errorf("cannot create key: %w", err)
@@ -158,21 +163,23 @@ func (db *DB) ListKeys(ctx context.Context, userID, orgID string) ([]KeyInfo, er
 
 // LookupKey implements hotpath.KeySource.
 func (db *DB) LookupKey(ctx context.Context, h hotpath.TokenHash) (*hotpath.Principal, error) {
-	p := &hotpath.Principal{SpendCapMicros: -1, CreditsMicros: -1}
+	p := &hotpath.Principal{SpendCapMicros: -1, CreditsMicros: -1, WorkspaceCapMicros: -1}
 	var kind string
 	var scopes []string
-	var role, orgName, workspace *string
-	var spendCap, credits *int64
+	var role, orgName, workspace, plan *string
+	var spendCap, credits, workspaceCap *int64
 	var expires *time.Time
 	err := db.Pool.QueryRow(ctx, `select k.id, k.user_id, k.org_id, k.kind, k.scopes, k.models, k.read_only,
-			k.spend_cap_micros, k.credits_micros, k.workspace_id::text, k.expires_at,
-			k.revoked_at is not null, u.suspended_at is not null, m.role, o.name
+			k.spend_cap_micros, k.credits_micros, k.credits_adjustment_micros, k.workspace_id::text, w.spend_cap_micros,
+			k.expires_at, k.revoked_at is not null, u.suspended_at is not null, m.role, o.name, o.plan
 		from api_keys k
 		join users u on u.id = k.user_id
 		left join memberships m on m.org_id = k.org_id and m.user_id = k.user_id
 		left join organizations o on o.id = k.org_id
+		left join workspaces w on w.id = k.workspace_id
 		where k.hash = $1`, h[:]).Scan(&p.KeyID, &p.UserID, &p.OrgID, &kind, &scopes, &p.Models, &p.ReadOnly,
-		&spendCap, &credits, &workspace, &expires, &p.Revoked, &p.Suspended, &role, &orgName)
+		&spendCap, &credits, &p.CreditsAdjustMicros, &workspace, &workspaceCap, &expires, &p.Revoked, &p.Suspended,
+		&role, &orgName, &plan)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, hotpath.ErrKeyNotFound
 	}
@@ -199,6 +206,12 @@ func (db *DB) LookupKey(ctx context.Context, h hotpath.TokenHash) (*hotpath.Prin
 	}
 	if workspace != nil {
 		p.WorkspaceID = *workspace
+	}
+	if workspaceCap != nil {
+		p.WorkspaceCapMicros = *workspaceCap
+	}
+	if plan != nil {
+		p.Plan = *plan
 	}
 	if expires != nil {
 		p.ExpiresAt = expires.Unix()

@@ -21,6 +21,9 @@ stdout; errors go to stderr with a non-zero exit.
 
 commands:
   org create --name NAME
+  org set-plan --org ORG_ID --plan PLAN
+  workspace create --org ORG_ID --name NAME [--slug SLUG] [--spend-cap-usd N]
+  workspace set-cap --workspace WORKSPACE_ID (--spend-cap-usd N | --clear)
   user create --email EMAIL [--org ORG_ID --role owner|admin|member]
   user suspend --user USER_ID
   user unsuspend --user USER_ID
@@ -28,8 +31,11 @@ commands:
              [--scopes memory,rules,...] [--models kavi,mira] [--read-only]
              [--spend-cap-usd N] [--credits-usd N] [--workspace WORKSPACE_ID]
   key revoke --key-id KEY_ID
+  key adjust-credits --key-id KEY_ID --usd [-]N
   service-token create --name NAME [--scopes a,b] [--read-only] [--expires-in DURATION]
   service-token revoke --id TOKEN_ID
+  device approve --user-code CODE --user USER_ID [--org ORG_ID]
+  device deny --user-code CODE
 `
 
 // adminCommand is one `gateway admin <noun> <verb>`.
@@ -39,6 +45,10 @@ type adminCommand struct {
 
 var adminCommands = map[string]adminCommand{
 	"org create":           {flags: orgCreate},
+	"org set-plan":         {flags: orgSetPlan},
+	"workspace create":     {flags: workspaceCreate},
+	"workspace set-cap":    {flags: workspaceSetCap},
+	"key adjust-credits":   {flags: keyAdjustCredits},
 	"user create":          {flags: userCreate},
 	"user suspend":         {flags: func(fs *flag.FlagSet) func(context.Context, *storage.DB) (any, error) { return userSuspend(fs, true) }},
 	"user unsuspend":       {flags: func(fs *flag.FlagSet) func(context.Context, *storage.DB) (any, error) { return userSuspend(fs, false) }},
@@ -46,6 +56,8 @@ var adminCommands = map[string]adminCommand{
 	"key revoke":           {flags: keyRevoke},
 	"service-token create": {flags: serviceTokenCreate},
 	"service-token revoke": {flags: serviceTokenRevoke},
+	"device approve":       {flags: deviceApprove},
+	"device deny":          {flags: deviceDeny},
 }
 
 // usageError is a mistake in the command line: exit status 2.

@@ -53,6 +53,8 @@ func testConfig(dbURL string) serveConfig {
 func startTestApp(t *testing.T, mutate ...func(*serveConfig)) *testApp {
 	t.Helper()
 	cfg := testConfig(storetest.DatabaseURL(t))
+	// Spooled rows belong to their own database: each app spools apart.
+	cfg.Ledger.SpoolDir = t.TempDir()
 	for _, m := range mutate {
 		m(&cfg)
 	}

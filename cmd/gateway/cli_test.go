@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -33,9 +34,12 @@ func TestAdminCommands(t *testing.T) {
 	require.NotEmpty(t, user["personal_org_id"])
 	require.NotEqual(t, org["id"], user["personal_org_id"])
 
+	ws := admin(t, url, "workspace", "create", "--org", org["id"].(string), "--name", "Data Team!", "--spend-cap-usd", "0.000001")
+	require.Equal(t, "data-team", ws["slug"])
+	require.Equal(t, float64(1), ws["spend_cap_micros"])
 	key := admin(t, url, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string),
 		"--kind", "signed_in", "--scopes", "memory,rules,files", "--models", "kavi,mira", "--read-only",
-		"--spend-cap-usd", "12.5", "--workspace", "7f1f9a52-5d9b-4b7e-9d8e-2f4c1a2b3c4d")
+		"--spend-cap-usd", "12.5", "--workspace", ws["id"].(string))
 	require.ElementsMatch(t, []string{"access_token", "token_type", "key_id", "user_id", "expires_at", "org"}, keys(key))
 	require.Equal(t, "bearer", key["token_type"])
 	require.NotNil(t, key["expires_at"])
@@ -69,6 +73,8 @@ func TestAdminErrors(t *testing.T) {
 	url := db.Pool.Config().ConnString()
 	org := admin(t, url, "org", "create", "--name", "Acme")
 	user := admin(t, url, "user", "create", "--email", "bo@example.com")
+	otherWS := admin(t, url, "workspace", "create", "--org", org["id"].(string), "--name", "Ops")
+	devKey := admin(t, url, "key", "create", "--user", user["id"].(string), "--org", user["personal_org_id"].(string))
 	cases := []struct {
 		name string
 		args []string
@@ -95,6 +101,17 @@ func TestAdminErrors(t *testing.T) {
 		{"unknown user", []string{"user", "suspend", "--user", "abc"}, 1, "does not exist"},
 		{"negative expiry", []string{"service-token", "create", "--name", "x", "--expires-in", "-1h"}, 2, "negative"},
 		{"extra argument", []string{"org", "create", "--name", "x", "extra"}, 2, "unexpected argument"},
+		{"workspace of another org", []string{"key", "create", "--user", user["id"].(string), "--org", user["personal_org_id"].(string), "--workspace", otherWS["id"].(string)}, 1, "workspace"},
+		{"reserved slug", []string{"workspace", "create", "--org", org["id"].(string), "--name", "Default"}, 2, "not default"},
+		{"no usable slug", []string{"workspace", "create", "--org", org["id"].(string), "--name", "!!!"}, 2, "slug"},
+		{"used slug", []string{"workspace", "create", "--org", org["id"].(string), "--name", "Ops"}, 2, "already exists"},
+		{"zero workspace cap", []string{"workspace", "create", "--org", org["id"].(string), "--name", "Z", "--spend-cap-usd", "0"}, 2, "positive"},
+		{"workspace in no org", []string{"workspace", "create", "--org", "00000000-0000-0000-0000-000000000000", "--name", "Q"}, 1, "does not exist"},
+		{"cap and clear", []string{"workspace", "set-cap", "--workspace", otherWS["id"].(string), "--clear", "--spend-cap-usd", "1"}, 2, "exactly one"},
+		{"unknown workspace", []string{"workspace", "set-cap", "--workspace", "abc", "--clear"}, 1, "does not exist"},
+		{"unknown org plan", []string{"org", "set-plan", "--org", "00000000-0000-0000-0000-000000000000", "--plan", "team"}, 1, "does not exist"},
+		{"credits of a developer key", []string{"key", "adjust-credits", "--key-id", devKey["key_id"].(string), "--usd", "5"}, 1, "does not exist"},
+		{"bad credit amount", []string{"key", "adjust-credits", "--key-id", devKey["key_id"].(string), "--usd", "five"}, 2, "--usd"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -260,4 +277,25 @@ func TestRetriesConfiguration(t *testing.T) {
 	require.Equal(t, 0, ups["kavi"].Retries())
 	require.Equal(t, 4, ups["vaani"].Retries())
 	a.sim.Shutdown()
+}
+
+func TestAdminMeteringCommands(t *testing.T) {
+	db := storetest.DB(t)
+	url := db.Pool.Config().ConnString()
+	org := admin(t, url, "org", "create", "--name", "Acme")
+	require.Equal(t, map[string]any{"id": org["id"], "plan": "team"}, admin(t, url, "org", "set-plan", "--org", org["id"].(string), "--plan", "team"))
+	ws := admin(t, url, "workspace", "create", "--org", org["id"].(string), "--name", "Research", "--slug", "r-and-d")
+	require.Equal(t, "r-and-d", ws["slug"])
+	require.Nil(t, ws["spend_cap_micros"])
+	require.Equal(t, float64(2_500_000), admin(t, url, "workspace", "set-cap", "--workspace", ws["id"].(string), "--spend-cap-usd", "2.5")["spend_cap_micros"])
+	require.Nil(t, admin(t, url, "workspace", "set-cap", "--workspace", ws["id"].(string), "--clear")["spend_cap_micros"])
+
+	user := admin(t, url, "user", "create", "--email", "cy@example.com", "--org", org["id"].(string))
+	key := admin(t, url, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--kind", "headless", "--credits-usd", "10")
+	require.Equal(t, float64(-1_500_000), admin(t, url, "key", "adjust-credits", "--key-id", key["key_id"].(string), "--usd", "-1.5")["credits_adjustment_micros"])
+	require.Equal(t, float64(500_000), admin(t, url, "key", "adjust-credits", "--key-id", key["key_id"].(string), "--usd", "2")["credits_adjustment_micros"])
+
+	var plan string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `select plan from organizations where id = $1`, org["id"]).Scan(&plan))
+	require.Equal(t, "team", plan)
 }

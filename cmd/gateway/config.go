@@ -19,6 +19,11 @@ import (
 type fileConfig struct {
 	Tiers     map[string]tierConfig     `yaml:"tiers"`
 	Providers map[string]providerConfig `yaml:"providers"`
+	// Plans and DefaultPlan are read by plans_config.go.
+	Plans       map[string]planConfig `yaml:"plans"`
+	DefaultPlan string                `yaml:"default_plan"`
+	// SignIn is read by signin_config.go.
+	SignIn signInFile `yaml:"sign_in"`
 }
 
 // providerConfig is an OpenAI-compatible endpoint. Its API key is read
@@ -59,6 +64,7 @@ type tierConfig struct {
 	Reasons           *bool          `yaml:"reasons"`
 	StreamIdleTimeout *time.Duration `yaml:"stream_idle_timeout"`
 	Retries           *int           `yaml:"retries"`
+	PoolWeight        *int64         `yaml:"pool_weight"`
 }
 
 // binding is where a tier's calls go.
@@ -77,6 +83,12 @@ type settings struct {
 	Tiers     []hotpath.Tier
 	Bindings  map[string]binding
 	Providers map[string]providerConfig
+	// Plans, DefaultPlan and PoolWeights configure limits (plans_config.go).
+	Plans       []hotpath.Plan
+	DefaultPlan string
+	PoolWeights map[string]int64
+	// SignIn configures device login and native OAuth (signin_config.go).
+	SignIn signInSettings
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -110,6 +122,7 @@ func loadSettings(path string) (settings, error) {
 	for _, t := range tiers {
 		st.Bindings[t.Name] = binding{Provider: simProvider, UpstreamModel: "sim-" + t.Name, Reasons: t.Graded}
 	}
+	st.defaultPlans()
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
@@ -144,6 +157,18 @@ func loadSettings(path string) (settings, error) {
 				return st, fmt.Errorf("config tiers.%s.%w", name, err)
 			}
 			st.Bindings[name] = b
+			if tc.PoolWeight != nil {
+				if *tc.PoolWeight < 0 {
+					return st, fmt.Errorf("config tiers.%s.pool_weight: must not be negative", name)
+				}
+				st.PoolWeights[name] = *tc.PoolWeight
+			}
+		}
+		if err := st.applyPlans(fc); err != nil {
+			return st, err
+		}
+		if st.SignIn, err = loadSignIn(fc.SignIn); err != nil {
+			return st, err
 		}
 	}
 	for i := range tiers {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,6 +49,11 @@ type serveConfig struct {
 	SimTTFT         time.Duration
 	SimITL          time.Duration
 	IdempotencyTTL  time.Duration
+	// RetentionInterval is how often this process runs the conversation
+	// retention job; zero disables it here.
+	RetentionInterval time.Duration
+	// Ledger configures the request log's writer and spool.
+	Ledger storage.LedgerConfig
 
 	dbConns *int
 }
@@ -74,6 +80,13 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SimTTFT, "sim-ttft", 0, "time to first token of the in-process simulator (tiers on provider sim)")
 	fs.DurationVar(&c.SimITL, "sim-itl", 0, "time between tokens of the in-process simulator")
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key replay is kept")
+	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Minute, "how often this process deletes conversations past their retention deadline (one process at a time, under an advisory lock); 0 disables it here")
+	fs.StringVar(&c.Ledger.SpoolDir, "ledger-spool-dir", ".data/spool", "directory where request-log rows wait while PostgreSQL is unreachable")
+	fs.Int64Var(&c.Ledger.SpoolMaxBytes, "ledger-spool-max-bytes", 1<<30, "bound of this process's ledger spool, bytes")
+	fs.IntVar(&c.Ledger.QueueSize, "ledger-queue-size", 16384, "request-log rows held in memory for the writer")
+	fs.IntVar(&c.Ledger.BatchSize, "ledger-batch-size", 500, "request-log rows per insert statement")
+	fs.DurationVar(&c.Ledger.FlushInterval, "ledger-flush-interval", 200*time.Millisecond, "longest a request-log row waits for its batch")
+	fs.DurationVar(&c.Ledger.WriteTimeout, "ledger-write-timeout", 5*time.Second, "bound of one request-log batch statement")
 	c.dbConns = dbConns
 }
 
@@ -124,6 +137,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.IdempotencyTTL <= 0 {
 		return errors.New("idempotency-ttl: must be positive")
+	}
+	if c.RetentionInterval < 0 {
+		return errors.New("retention-interval: must not be negative")
+	}
+	if err := c.Ledger.Validate(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -196,6 +215,9 @@ type app struct {
 	adminLn  net.Listener
 	sim      *sim.Server
 	chat     *proxy.Chat
+	ledger   *storage.Ledger
+	counters *storage.RedisCounters
+	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -234,14 +256,35 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
+	retention := &control.Retention{DB: a.db, Log: log, Every: cfg.RetentionInterval}
 	go func() {
 		defer close(a.done)
+		retained := make(chan struct{})
+		go func() { defer close(retained); retention.Run(bg) }()
 		a.db.ListenKeys(bg, a.verifier, storage.ListenConfig{}, log)
+		<-retained
 	}()
 
 	set := metrics.NewSet()
 	registerRuntimeMetrics(set, a)
-	edge := proxy.NewEdge(proxy.EdgeConfig{Verifier: a.verifier, Log: log, Metrics: set, AccessLog: cfg.AccessLog})
+	if a.ledger, err = storage.NewLedger(a.db, cfg.Ledger, set, log); err != nil {
+		a.shutdown()
+		return nil, err
+	}
+	// Counters start from the ledger whenever the store lacks one.
+	var counters hotpath.Counters = hotpath.NewMemoryCounters(a.ledger)
+	if a.redis != nil {
+		rc := storage.NewRedisCounters(a.redis, "gw:", a.ledger, log)
+		a.counters, counters = rc, rc
+	}
+	limits, err := hotpath.NewLimits(counters, st.Plans, st.DefaultPlan, st.PoolWeights)
+	if err != nil {
+		a.shutdown()
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	set.NewGauge(`gateway_limits_unmetered_total`, func() float64 { return float64(limits.Unmetered.Load()) })
+	edge := proxy.NewEdge(proxy.EdgeConfig{Verifier: a.verifier, Log: log, Metrics: set, AccessLog: cfg.AccessLog,
+		Limits: limits, Usage: a.ledger})
 	rt := proxy.NewRouter(edge)
 	cat, err := proxy.NewCatalogue(tiers)
 	if err != nil {
@@ -262,14 +305,16 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	if a.redis != nil {
 		idem = storage.NewRedisIdempotency(a.redis, "gw:", cfg.IdempotencyTTL, 0)
 	}
-	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set})
+	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set,
+		ConnsKept: true, Limits: limits, Usage: a.ledger})
 	if err != nil {
 		a.shutdown()
 		return nil, err
 	}
 	chat.Register(rt)
 	a.chat = chat
-	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit()}
+	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit(), SignIn: st.SignIn,
+		Limits: limits, PoolTiers: st.poolTiers()}
 	a.api.Register(rt)
 
 	a.server = &fasthttp.Server{
@@ -280,6 +325,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		IdleTimeout:           cfg.IdleTimeout,
 		MaxRequestBodySize:    cfg.MaxBodySize,
 		CloseOnShutdown:       true,
+		KeepHijackedConns:     true, // streams own their connections (proxy.ChatConfig.ConnsKept)
 		Logger:                fasthttpLogger{log},
 		ErrorHandler:          edge.ParseError,
 	}
@@ -326,8 +372,11 @@ func (a *app) startAdmin(set *metrics.Set) error {
 	return nil
 }
 
-// shutdown drains and stops in the reverse order of start.
-func (a *app) shutdown() {
+// shutdown drains and stops in the reverse order of start. Calling it again
+// does nothing.
+func (a *app) shutdown() { a.stopOnce.Do(a.stop) }
+
+func (a *app) stop() {
 	if a.api != nil {
 		a.api.Drain()
 		if a.cfg.DrainDelay > 0 {
@@ -351,6 +400,18 @@ func (a *app) shutdown() {
 	}
 	if a.sim != nil {
 		a.sim.Shutdown()
+	}
+	if a.ledger != nil {
+		// Every request has ended: its row is queued. Write them all, or
+		// spool what PostgreSQL cannot take now for the next start.
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+		if err := a.ledger.Close(ctx); err != nil {
+			a.log.Error("request-log rows left in the spool at shutdown", "err", err)
+		}
+		cancel()
+	}
+	if a.counters != nil {
+		a.counters.Close()
 	}
 	if a.cancel != nil {
 		a.cancel()

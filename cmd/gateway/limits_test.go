@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/storage/storetest"
+)
+
+func chatBody(prompt string) map[string]any {
+	return map[string]any{"model": "mira", "max_tokens": 16,
+		"messages": []map[string]any{{"role": "user", "content": prompt}}}
+}
+
+// writePlans writes a config file holding plans and returns its path.
+func writePlans(t *testing.T, yaml string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "gateway.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(yaml), 0o600))
+	return p
+}
+
+func TestLimitsRouteReadsWhatIsEnforced(t *testing.T) {
+	ta := startTestApp(t)
+	org := admin(t, ta.dbURL, "org", "create", "--name", "Acme")
+	user := admin(t, ta.dbURL, "user", "create", "--email", "lim@example.com", "--org", org["id"].(string))
+	ws := admin(t, ta.dbURL, "workspace", "create", "--org", org["id"].(string), "--name", "Ops", "--spend-cap-usd", "5")
+	key := admin(t, ta.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string),
+		"--spend-cap-usd", "12.5", "--workspace", ws["id"].(string))
+	token := key["access_token"].(string)
+
+	r := ta.call(t, "GET", "/api/v1/limits", token, nil)
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.Equal(t, "limits", r.body["object"])
+	require.Equal(t, "apikey", r.body["bucket"])
+	require.Equal(t, true, r.body["metered"])
+	require.Equal(t, "default", r.body["tier"])
+	chat := r.body["rate_limits"].(map[string]any)["chat"].(map[string]any)
+	perKey := chat["per_key"].(map[string]any)
+	require.Nil(t, perKey["resets_at"], "reading limits opens no window")
+	require.Equal(t, perKey["limit"], perKey["remaining"])
+	require.Equal(t, float64(60), perKey["window_seconds"])
+	require.Equal(t, float64(32), chat["max_concurrent_requests"])
+	require.NotContains(t, r.body, "token_pool")
+	require.NotContains(t, r.body, "credits")
+	require.Equal(t, map[string]any{"cap": 12.5, "spent": float64(0), "remaining": 12.5,
+		"resets_at": nextMonthRFC3339()}, r.body["key_spend_cap"])
+	require.Equal(t, float64(5), r.body["workspace_spend_cap"].(map[string]any)["cap"])
+	require.Equal(t, "600", r.header.Get("X-RateLimit-Remaining"), "the route is checked, not counted")
+
+	c := ta.call(t, "POST", "/api/v1/chat", token, chatBody("Hello [[sim:tokens=5]]"))
+	require.Equal(t, 200, c.status, "%s", c.raw)
+	cost := c.body["usage"].(map[string]any)["cost"].(map[string]any)["amount"].(float64)
+	require.Positive(t, cost)
+
+	r = ta.call(t, "GET", "/api/v1/limits", token, nil)
+	perKey = r.body["rate_limits"].(map[string]any)["chat"].(map[string]any)["per_key"].(map[string]any)
+	require.Equal(t, float64(599), perKey["remaining"])
+	resets, err := time.Parse(time.RFC3339, perKey["resets_at"].(string))
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(time.Minute), resets, 3*time.Second)
+	spend := r.body["key_spend_cap"].(map[string]any)
+	require.InDelta(t, cost, spend["spent"], 1e-12)
+	require.InDelta(t, 12.5-cost, spend["remaining"], 1e-12)
+	require.InDelta(t, cost, r.body["workspace_spend_cap"].(map[string]any)["spent"], 1e-12)
+
+	// A signed-in key reports the subscription pools; a headless key its credit.
+	signed := admin(t, ta.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--kind", "signed_in")
+	r = ta.call(t, "GET", "/api/v1/limits", signed["access_token"].(string), nil)
+	require.Equal(t, "subscription", r.body["bucket"])
+	require.NotContains(t, r.body, "metered")
+	pool := r.body["token_pool"].(map[string]any)
+	require.Equal(t, "weighted_tokens", pool["unit"])
+	require.Equal(t, "healthy", pool["state"])
+	require.Equal(t, []any{}, pool["blocked_models"])
+	for _, name := range []string{"monthly", "burst", "mira"} {
+		p := pool[name].(map[string]any)
+		require.Equal(t, p["cap"], p["remaining"], name)
+		require.Equal(t, "healthy", p["state"], name)
+	}
+	require.Nil(t, pool["burst"].(map[string]any)["resets_at"])
+
+	headless := admin(t, ta.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string),
+		"--kind", "headless", "--credits-usd", "3")
+	admin(t, ta.dbURL, "key", "adjust-credits", "--key-id", headless["key_id"].(string), "--usd", "0.5")
+	r = ta.call(t, "GET", "/api/v1/limits", headless["access_token"].(string), nil)
+	require.Equal(t, "headless", r.body["bucket"])
+	require.Equal(t, map[string]any{"granted": float64(3), "adjustment": 0.5, "used": float64(0), "remaining": 3.5,
+		"resets_at": nil}, r.body["credits"])
+
+	// The route is refused when the window is full, like any route.
+	require.Equal(t, 401, ta.call(t, "GET", "/api/v1/limits", "", nil).status)
+}
+
+func nextMonthRFC3339() string {
+	y, m, _ := time.Now().UTC().Date()
+	return time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).Format(time.RFC3339)
+}
+
+func TestSpendCapOfOneMicroDollar(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "micro@example.com", "--spend-cap-usd", "0.000001")
+	r := ta.call(t, "POST", "/api/v1/chat", tn.key, chatBody("Hello"))
+	require.Equal(t, 429, r.status, "%s", r.raw)
+	require.Equal(t, "key_spend_cap_exceeded", r.body["code"])
+	require.Equal(t, nextMonthRFC3339(), r.body["reset_at"])
+	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+	require.NoError(t, err)
+	y, m, _ := time.Now().UTC().Date()
+	require.InDelta(t, time.Until(time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)).Seconds(), ra, 3)
+}
+
+// TestLedgerRowsAndRebuiltCounters checks that chat writes its ledger rows
+// to PostgreSQL, that GET /api/v1/logs reads them, and that spend counters
+// a restart (or a Redis that lost them) forgot are rebuilt from them.
+func TestLedgerRowsAndRebuiltCounters(t *testing.T) {
+	for _, withRedis := range []bool{false, true} {
+		t.Run(fmt.Sprintf("redis=%v", withRedis), func(t *testing.T) {
+			redisURL := ""
+			if withRedis {
+				redisURL = storetest.RedisURL(t)
+			}
+			dbURL := storetest.DatabaseURL(t)
+			cfg := func(c *serveConfig) { c.DB.URL, c.RedisURL = dbURL, redisURL }
+			a := startTestApp(t, cfg)
+			tn := newTenant(t, dbURL, "ledger@example.com", "--spend-cap-usd", "100")
+			var total float64
+			for i := range 3 {
+				r := a.call(t, "POST", "/api/v1/chat", tn.key, chatBody("Hi [[sim:tokens=3]]"), "X-Request-Id", fmt.Sprintf("ledger-%d", i))
+				require.Equal(t, 200, r.status, "%s", r.raw)
+				total += r.body["usage"].(map[string]any)["cost"].(map[string]any)["amount"].(float64)
+			}
+			var log resp
+			require.Eventually(t, func() bool {
+				log = a.call(t, "GET", "/api/v1/logs/ledger-1", tn.key, nil)
+				return log.status == 200
+			}, 5*time.Second, 20*time.Millisecond)
+			require.Equal(t, "request_log", log.body["object"])
+			require.Equal(t, "mira", log.body["model"])
+			require.Equal(t, true, log.body["billed"])
+			require.Equal(t, float64(3), log.body["usage"].(map[string]any)["output_tokens"])
+			other := newTenant(t, dbURL, "other@example.com")
+			require.Equal(t, 404, a.call(t, "GET", "/api/v1/logs/ledger-1", other.key, nil).status)
+
+			spent := func(ta *testApp) float64 {
+				r := ta.call(t, "GET", "/api/v1/limits", tn.key, nil)
+				require.Equal(t, 200, r.status, "%s", r.raw)
+				return r.body["key_spend_cap"].(map[string]any)["spent"].(float64)
+			}
+			require.InDelta(t, total, spent(a), 1e-12)
+
+			// Restart: in-process counters are gone; with Redis, drop them.
+			a.shutdown()
+			if withRedis {
+				rc := storetest.Redis(t)
+				ctx := context.Background()
+				keys, err := rc.Do(ctx, rc.B().Keys().Pattern("gw:*"+tn.keyID+"*").Build()).AsStrSlice()
+				require.NoError(t, err)
+				require.NotEmpty(t, keys)
+				for _, k := range keys {
+					require.NoError(t, rc.Do(ctx, rc.B().Del().Key(k).Build()).Error())
+				}
+			}
+			b := startTestApp(t, cfg)
+			require.InDelta(t, total, spent(b), 1e-12, "the spend counter is rebuilt from the ledger")
+		})
+	}
+}
+
+// TestFleetSharesWindows runs two processes on one Redis: a key's
+// per-minute window is one window however its requests are spread.
+func TestFleetSharesWindows(t *testing.T) {
+	redisURL := storetest.RedisURL(t)
+	plans := writePlans(t, "plans:\n  default:\n    requests_per_minute: 3\n")
+	a := startTestApp(t, func(c *serveConfig) { c.RedisURL, c.ConfigPath = redisURL, plans })
+	b := startTestApp(t, func(c *serveConfig) { c.RedisURL, c.ConfigPath, c.DB.URL = redisURL, plans, a.dbURL })
+	tn := newTenant(t, a.dbURL, "fleet@example.com")
+	for i, ta := range []*testApp{a, b, a} {
+		r := ta.call(t, "GET", "/api/v1/me", tn.key, nil)
+		require.Equal(t, 200, r.status)
+		require.Equal(t, strconv.Itoa(2-i), r.header.Get("X-RateLimit-Remaining"))
+	}
+	r := b.call(t, "GET", "/api/v1/me", tn.key, nil)
+	require.Equal(t, 429, r.status)
+	require.Equal(t, "rate_limited", r.body["code"])
+	require.NotEmpty(t, r.header.Get("Retry-After"))
+	require.Equal(t, 429, a.call(t, "GET", "/api/v1/limits", tn.key, nil).status, "reading limits is rate-limited too")
+}

@@ -1,0 +1,490 @@
+package hotpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgegw/gateway/codec"
+)
+
+// Plan is a subscription plan: what an organization's keys may do per
+// minute, at once, and per month. Plans live in configuration; an
+// organization names its plan and falls back to the default one.
+type Plan struct {
+	Name string
+	// RequestsPerMinute is each key's per-minute request window, shared by
+	// every metered route except token counting.
+	RequestsPerMinute int64
+	// OrgRequestsPerMinute is the same window for the whole organization.
+	OrgRequestsPerMinute int64
+	// TokenCountsPerMinute is the per-key window of token counting, which
+	// has its own bucket.
+	TokenCountsPerMinute int64
+	// MaxConcurrent is the most chat requests one key has in flight across
+	// the three chat routes, streams included.
+	MaxConcurrent int64
+	// PoolMonthly and PoolBurst size the subscription bucket's token pools
+	// in weighted tokens: a calendar-month cap and a trailing 12-hour cap.
+	PoolMonthly int64
+	PoolBurst   int64
+	// MiraMonthlyRequests caps requests served by the mira tier in a
+	// calendar month (subscription bucket).
+	MiraMonthlyRequests int64
+	// LowPercent is the share of a pool left at which it is reported low
+	// and auto is downgraded to mira.
+	LowPercent int64
+}
+
+// Validate names the first field out of range.
+func (p *Plan) Validate() error {
+	switch {
+	case p.Name == "":
+		return errors.New("name: must be set")
+	case p.RequestsPerMinute <= 0:
+		return errors.New("requests_per_minute: must be positive")
+	case p.OrgRequestsPerMinute <= 0:
+		return errors.New("org_requests_per_minute: must be positive")
+	case p.TokenCountsPerMinute <= 0:
+		return errors.New("token_counts_per_minute: must be positive")
+	case p.MaxConcurrent <= 0:
+		return errors.New("max_concurrent_requests: must be positive")
+	case p.PoolMonthly <= 0 || p.PoolBurst <= 0:
+		return errors.New("pool_monthly_tokens, pool_burst_tokens: must be positive")
+	case p.MiraMonthlyRequests <= 0:
+		return errors.New("mira_monthly_requests: must be positive")
+	case p.LowPercent < 0 || p.LowPercent >= 100:
+		return errors.New("low_percent: must be from 0 to 99")
+	}
+	return nil
+}
+
+// DefaultPlan is the plan an organization gets when configuration names
+// none. Its numbers are the documented defaults (docs/limits.md).
+func DefaultPlan() Plan {
+	return Plan{Name: "default", RequestsPerMinute: 600, OrgRequestsPerMinute: 3000, TokenCountsPerMinute: 1200,
+		MaxConcurrent: 32, PoolMonthly: 100_000_000, PoolBurst: 10_000_000, MiraMonthlyRequests: 20_000, LowPercent: 20}
+}
+
+// DefaultPoolWeight is a tier's weight in the token pools when configuration
+// gives none: one weighted token per token on mira, two on vaani, four on
+// kavi.
+func DefaultPoolWeight(tier string) int64 {
+	switch tier {
+	case "kavi":
+		return 4
+	case "vaani":
+		return 2
+	}
+	return 1
+}
+
+// RateBucket selects which per-minute window a route counts in.
+type RateBucket uint8
+
+// The buckets.
+const (
+	// RateRequests is the request window every metered route shares.
+	RateRequests RateBucket = iota
+	// RateTokenCount is token counting's own window.
+	RateTokenCount
+	// RateNone marks a route that is not metered.
+	RateNone
+	// RatePeek checks the request window without counting in it: a full
+	// window refuses, but the route itself opens and uses nothing.
+	RatePeek
+)
+
+// RateWindow is the per-minute window length.
+const RateWindow = time.Minute
+
+// Limits is the gateway's enforcement of plans: request windows, the chat
+// concurrency ceiling and budget admission, all over one Counters store. It
+// is also what GET /api/v1/limits reads, so the numbers shown are the
+// numbers enforced.
+type Limits struct {
+	c       Counters
+	plans   map[string]*Plan
+	def     *Plan
+	weights map[string]int64
+
+	// Unmetered counts requests served without a check because the store
+	// could not be reached.
+	Unmetered atomic.Uint64
+}
+
+// NewLimits builds the limiter. plans must hold defaultPlan; weights gives
+// each tier's pool weight (missing tiers use DefaultPoolWeight).
+func NewLimits(c Counters, plans []Plan, defaultPlan string, weights map[string]int64) (*Limits, error) {
+	l := &Limits{c: c, plans: make(map[string]*Plan, len(plans)), weights: weights}
+	for i := range plans {
+		p := plans[i]
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("plan %s: %w", p.Name, err)
+		}
+		l.plans[p.Name] = &p
+	}
+	l.def = l.plans[defaultPlan]
+	if l.def == nil {
+		return nil, fmt.Errorf("default plan %q is not defined", defaultPlan)
+	}
+	return l, nil
+}
+
+// Counters returns the store.
+func (l *Limits) Counters() Counters { return l.c }
+
+// PlanOf returns the key's plan.
+func (l *Limits) PlanOf(p *Principal) *Plan {
+	if pl, ok := l.plans[p.Plan]; ok {
+		return pl
+	}
+	return l.def
+}
+
+// Weight is the tier's pool weight.
+func (l *Limits) Weight(tier string) int64 {
+	if w, ok := l.weights[tier]; ok {
+		return w
+	}
+	return DefaultPoolWeight(tier)
+}
+
+// RateState is what the rate-limit headers show: the tighter of the key's
+// and the organization's windows.
+type RateState struct {
+	Limit     int64
+	Remaining int64
+	ResetAt   int64 // Unix seconds; 0 before the window opened
+}
+
+func (l *Limits) windows(p *Principal, b RateBucket, ws *[2]Window) []Window {
+	pl := l.PlanOf(p)
+	if b == RateTokenCount {
+		ws[0] = Window{Key: "rl:t:" + p.KeyID, Limit: pl.TokenCountsPerMinute, Length: RateWindow}
+		return ws[:1]
+	}
+	ws[0] = Window{Key: "rl:k:" + p.KeyID, Limit: pl.RequestsPerMinute, Length: RateWindow}
+	ws[1] = Window{Key: "rl:o:" + p.OrgID, Limit: pl.OrgRequestsPerMinute, Length: RateWindow}
+	return ws[:2]
+}
+
+func tighter(out []WindowState) RateState {
+	s := out[0]
+	for _, o := range out[1:] {
+		if o.Remaining < s.Remaining {
+			s = o
+		}
+	}
+	return RateState{Limit: s.Limit, Remaining: max(s.Remaining, 0), ResetAt: s.ResetAt}
+}
+
+// Hit counts one request in the key's and the organization's windows. It
+// returns metered false when the store failed (the request is then served
+// unmetered and counted in Unmetered), and otherwise the headers' state and,
+// when a window is full, the 429 to answer.
+func (l *Limits) Hit(ctx context.Context, now time.Time, p *Principal, b RateBucket) (st RateState, metered bool, refusal *codec.Error) {
+	var ws [2]Window
+	var out [2]WindowState
+	w := l.windows(p, b, &ws)
+	var allowed bool
+	var err error
+	if b == RatePeek {
+		if err = l.c.PeekWindows(ctx, now, w, out[:len(w)]); err == nil {
+			allowed = out[0].Remaining > 0 && out[1].Remaining > 0
+		}
+	} else {
+		allowed, err = l.c.Hit(ctx, now, w, out[:len(w)])
+	}
+	if err != nil {
+		l.Unmetered.Add(1)
+		return RateState{}, false, nil
+	}
+	st = tighter(out[:len(w)])
+	if allowed {
+		return st, true, nil
+	}
+	// The full window is the one to wait for.
+	reset := st.ResetAt
+	for _, o := range out[:len(w)] {
+		if o.Remaining <= 0 && o.ResetAt > reset {
+			reset = o.ResetAt
+		}
+	}
+	return st, true, &codec.Error{Code: codec.CodeRateLimited,
+		Message: "Too many requests in this minute; retry after the window resets.",
+		Detail:  codec.Detail{RetryAfter: retryAfter(now, reset), ResetAt: reset}}
+}
+
+// PeekWindows reads the key's and the organization's request windows.
+func (l *Limits) PeekWindows(ctx context.Context, now time.Time, p *Principal) (key, org WindowState, err error) {
+	var ws [2]Window
+	var out [2]WindowState
+	w := l.windows(p, RateRequests, &ws)
+	if err := l.c.PeekWindows(ctx, now, w, out[:]); err != nil {
+		return key, org, err
+	}
+	return out[0], out[1], nil
+}
+
+func retryAfter(now time.Time, reset int64) int {
+	// reset is a whole second: reset − ⌊now⌋ rounds the wait up, so a
+	// retry at the announced second finds the window reset.
+	return int(max(reset-now.Unix(), 1))
+}
+
+// errConcurrency is the refusal at the per-key in-flight ceiling.
+var errConcurrency = &codec.Error{Code: codec.CodeRateLimited,
+	Message: "Too many chat requests in flight for this key; retry in a moment.",
+	Detail:  codec.Detail{Reason: "concurrency", RetryAfter: 1}}
+
+// Acquire takes one of the key's chat concurrency slots. ok false with a nil
+// refusal means the store failed and the request runs unmetered.
+func (l *Limits) Acquire(ctx context.Context, now time.Time, p *Principal) (lease Lease, held bool, refusal *codec.Error) {
+	lease, ok, err := l.c.Acquire(ctx, now, "cc:"+p.KeyID, l.PlanOf(p).MaxConcurrent)
+	switch {
+	case err != nil:
+		l.Unmetered.Add(1)
+		return Lease{}, false, nil
+	case !ok:
+		return Lease{}, false, errConcurrency
+	}
+	return lease, true, nil
+}
+
+// Release gives a slot back; its context is its own, never a request's.
+func (l *Limits) Release(lease Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	_ = l.c.Release(ctx, lease)
+}
+
+// storeTimeout bounds one call to the counter store made outside a request.
+const storeTimeout = 2 * time.Second
+
+// PoolState is a token pool's health.
+type PoolState uint8
+
+// The three states.
+const (
+	PoolHealthy PoolState = iota
+	PoolLow
+	PoolBlocked
+)
+
+var poolStateNames = [...]string{"healthy", "low", "blocked"}
+
+// String is the state as GET /api/v1/limits shows it.
+func (s PoolState) String() string { return poolStateNames[s] }
+
+// State classifies a counter against its cap.
+func (pl *Plan) State(used, cap int64) PoolState {
+	switch {
+	case used >= cap:
+		return PoolBlocked
+	case (cap-used)*100 <= cap*pl.LowPercent:
+		return PoolLow
+	}
+	return PoolHealthy
+}
+
+// Charge is what one request is admitted against: the budgets that apply to
+// its key and the most it can cost in each.
+type Charge struct {
+	Budgets [MaxReservation]Budget
+	Amounts [MaxReservation]int64
+	N       int
+	Res     Reservation
+	// weightIdx and miraIdx locate the pool budgets for settling.
+	costIdx    [3]int8 // key spend, workspace spend, credits; -1 when absent
+	poolIdx    [2]int8 // monthly, burst
+	miraIdx    int8
+	weight     int64
+	reserved   bool
+	unmetered  bool
+	refusedIdx int
+}
+
+func (ch *Charge) add(b Budget, amount int64) int8 {
+	ch.Budgets[ch.N], ch.Amounts[ch.N] = b, amount
+	ch.N++
+	return int8(ch.N - 1)
+}
+
+// Subscription reports whether the key draws on the token pools.
+func Subscription(p *Principal) bool { return p.Kind == KindSignedIn }
+
+// picoPerMicro converts micro-USD caps to the pico-USD counters.
+const picoPerMicro = 1_000_000
+
+// PlanCharge fills ch with the budgets p's request on tier must fit in,
+// costed at most maxCostPico (its input bound plus max_tokens at the tier's
+// prices) and maxTokens tokens of both directions.
+func (l *Limits) PlanCharge(ch *Charge, p *Principal, tier string, maxCostPico, maxTokens int64) {
+	*ch = Charge{costIdx: [3]int8{-1, -1, -1}, poolIdx: [2]int8{-1, -1}, miraIdx: -1}
+	if p.SpendCapMicros >= 0 {
+		ch.costIdx[0] = ch.add(Budget{Kind: BudgetKeySpend, Subject: p.KeyID, Cap: p.SpendCapMicros * picoPerMicro}, maxCostPico)
+	}
+	if p.WorkspaceID != "" && p.WorkspaceCapMicros >= 0 {
+		ch.costIdx[1] = ch.add(Budget{Kind: BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: p.WorkspaceCapMicros * picoPerMicro}, maxCostPico)
+	}
+	if p.Kind == KindHeadless {
+		ch.costIdx[2] = ch.add(Budget{Kind: BudgetCredits, Subject: p.KeyID, Cap: p.CreditsCapMicros() * picoPerMicro}, maxCostPico)
+	}
+	if Subscription(p) {
+		pl := l.PlanOf(p)
+		if tier == "mira" {
+			ch.miraIdx = ch.add(Budget{Kind: BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests}, 1)
+		} else {
+			ch.weight = l.Weight(tier)
+			w := ch.weight * maxTokens
+			ch.poolIdx[0] = ch.add(Budget{Kind: BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly}, w)
+			ch.poolIdx[1] = ch.add(Budget{Kind: BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst}, w)
+		}
+	}
+}
+
+// Reserve admits the charge or returns the refusal naming the budget that is
+// spent. A store failure admits the request unmetered.
+func (l *Limits) Reserve(ctx context.Context, now time.Time, ch *Charge, p *Principal) *codec.Error {
+	if ch.N == 0 {
+		return nil
+	}
+	refused, err := l.c.Reserve(ctx, now, ch.Budgets[:ch.N], ch.Amounts[:ch.N], &ch.Res)
+	if err != nil {
+		l.Unmetered.Add(1)
+		ch.unmetered = true
+		return nil
+	}
+	if refused < 0 {
+		ch.reserved = true
+		return nil
+	}
+	ch.refusedIdx = refused
+	return l.refusal(ctx, now, &ch.Budgets[refused], p)
+}
+
+// refusal is the 429 for a spent budget: its code, reset_at and a
+// Retry-After counting down to it.
+func (l *Limits) refusal(ctx context.Context, now time.Time, b *Budget, p *Principal) *codec.Error {
+	reset := l.resetAt(ctx, now, b)
+	e := &codec.Error{Detail: codec.Detail{ResetAt: reset, RetryAfter: retryAfter(now, reset)}}
+	switch b.Kind {
+	case BudgetKeySpend:
+		e.Code = codec.CodeKeySpendCapExceeded
+		e.Message = "This key has reached its monthly spend cap."
+	case BudgetWorkspaceSpend:
+		e.Code = codec.CodeWorkspaceSpendCapExceeded
+		e.Message = "The key's workspace has reached its monthly spend cap."
+	case BudgetCredits:
+		e.Code = codec.CodeCreditsExhausted
+		e.Message = "This key's prepaid credit is spent."
+		if reset == 0 {
+			// Credit does not reset by itself: retrying soon fails the
+			// same way until credit is added.
+			e.Detail.RetryAfter = 3600
+		}
+	default:
+		e.Code = codec.CodeBudgetExhausted
+		e.Message = "The plan's " + budgetLabel(b.Kind) + " is spent for this period."
+		e.Detail.MiraAvailable = -1
+		if b.Kind != BudgetMiraRequests && p.AllowsModel("mira") && l.miraLeft(ctx, now, p) {
+			e.Detail.MiraAvailable = 1
+		}
+	}
+	return e
+}
+
+func budgetLabel(k BudgetKind) string {
+	switch k {
+	case BudgetPoolMonthly:
+		return "monthly token pool"
+	case BudgetPoolBurst:
+		return "12-hour token pool"
+	}
+	return "monthly mira request allowance"
+}
+
+func (l *Limits) resetAt(ctx context.Context, now time.Time, b *Budget) int64 {
+	switch b.Kind.Period() {
+	case PeriodMonth:
+		return NextMonth(now).Unix()
+	case PeriodLifetime:
+		return 0
+	}
+	var st [1]BudgetState
+	if err := l.c.Usage(ctx, now, []Budget{*b}, st[:]); err != nil || st[0].ResetAt == 0 {
+		return now.Add(BurstSlot).Unix()
+	}
+	return st[0].ResetAt
+}
+
+func (l *Limits) miraLeft(ctx context.Context, now time.Time, p *Principal) bool {
+	pl := l.PlanOf(p)
+	var st [1]BudgetState
+	b := Budget{Kind: BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests}
+	if err := l.c.Usage(ctx, now, []Budget{b}, st[:]); err != nil {
+		return false
+	}
+	return st[0].Used < pl.MiraMonthlyRequests
+}
+
+// PoolsLow reports whether either token pool of a subscription key is low or
+// blocked: auto is then routed to mira. A store failure reports false.
+func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *Principal) bool {
+	if !Subscription(p) {
+		return false
+	}
+	pl := l.PlanOf(p)
+	b := [2]Budget{{Kind: BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly},
+		{Kind: BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst}}
+	var st [2]BudgetState
+	if err := l.c.Usage(ctx, now, b[:], st[:]); err != nil {
+		return false
+	}
+	return pl.State(st[0].Used, pl.PoolMonthly) != PoolHealthy || pl.State(st[1].Used, pl.PoolBurst) != PoolHealthy
+}
+
+// Settle replaces the reservation with what the request really cost. billed
+// false (a refusal, a timeout, nothing served) gives everything back.
+func (l *Limits) Settle(ch *Charge, billed bool, costPico, tokens int64) {
+	if !ch.reserved {
+		return
+	}
+	var actual [MaxReservation]int64
+	if billed {
+		for _, i := range ch.costIdx {
+			if i >= 0 {
+				actual[i] = costPico
+			}
+		}
+		for _, i := range ch.poolIdx {
+			if i >= 0 {
+				actual[i] = ch.weight * tokens
+			}
+		}
+		if ch.miraIdx >= 0 {
+			actual[ch.miraIdx] = 1
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	_ = l.c.Settle(ctx, &ch.Res, actual[:ch.N])
+	ch.reserved = false
+}
+
+// Weighted is the weighted-token count of a request on tier for a
+// subscription key; 0 for other keys and for mira.
+func (l *Limits) Weighted(p *Principal, tier string, tokens int64) int64 {
+	if !Subscription(p) || tier == "mira" {
+		return 0
+	}
+	return l.Weight(tier) * tokens
+}
+
+// FormatUSD renders pico-USD as an exact decimal USD string.
+func FormatUSD(pico int64) string {
+	return string(codec.AppendDecimal(nil, pico, 12))
+}

@@ -1,0 +1,398 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bytedance/sonic"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath"
+)
+
+// recordingSink keeps every ledger row it is given.
+type recordingSink struct {
+	mu   sync.Mutex
+	rows []hotpath.UsageRecord
+}
+
+func (s *recordingSink) Record(r *hotpath.UsageRecord) {
+	s.mu.Lock()
+	s.rows = append(s.rows, *r)
+	s.mu.Unlock()
+}
+
+func (s *recordingSink) all() []hotpath.UsageRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]hotpath.UsageRecord(nil), s.rows...)
+}
+
+// failingCounters is a store that cannot be reached.
+type failingCounters struct{ hotpath.Counters }
+
+var errDown = fmt.Errorf("%w: connection refused", hotpath.ErrCountersUnavailable)
+
+func (failingCounters) Hit(context.Context, time.Time, []hotpath.Window, []hotpath.WindowState) (bool, error) {
+	return false, errDown
+}
+func (failingCounters) Acquire(context.Context, time.Time, string, int64) (hotpath.Lease, bool, error) {
+	return hotpath.Lease{}, false, errDown
+}
+func (failingCounters) Reserve(context.Context, time.Time, []hotpath.Budget, []int64, *hotpath.Reservation) (int, error) {
+	return 0, errDown
+}
+func (failingCounters) Usage(context.Context, time.Time, []hotpath.Budget, []hotpath.BudgetState) error {
+	return errDown
+}
+
+func testPlan(edit func(*hotpath.Plan)) hotpath.Plan {
+	p := hotpath.DefaultPlan()
+	if edit != nil {
+		edit(&p)
+	}
+	return p
+}
+
+func newLimits(t testing.TB, c hotpath.Counters, plan hotpath.Plan) *hotpath.Limits {
+	t.Helper()
+	plan.Name = "default"
+	l, err := hotpath.NewLimits(c, []hotpath.Plan{plan}, "default", nil)
+	require.NoError(t, err)
+	return l
+}
+
+// uncapped is a developer key with no spend cap, credit or workspace.
+func uncapped() hotpath.Principal {
+	return hotpath.Principal{SpendCapMicros: -1, CreditsMicros: -1, WorkspaceCapMicros: -1}
+}
+
+func withLimits(l *hotpath.Limits, sink hotpath.UsageSink, p hotpath.Principal) func(*fixtureOptions) {
+	return func(o *fixtureOptions) { o.limits, o.usage, o.principal = l, sink, p }
+}
+
+const smallChat = `{"model":"mira","max_tokens":8,"messages":[{"role":"user","content":"hi [[sim:tokens=4]]"}]}`
+
+func TestRateWindowHeadersAndRefusal(t *testing.T) {
+	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(func(p *hotpath.Plan) { p.RequestsPerMinute = 3 }))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()))
+	before := time.Now().Unix()
+	for i := range 3 {
+		r := f.post(t, "/api/v1/chat", smallChat)
+		require.Equal(t, http.StatusOK, r.status, string(r.body))
+		require.Equal(t, "3", r.header.Get("X-RateLimit-Limit"))
+		require.Equal(t, strconv.Itoa(2-i), r.header.Get("X-RateLimit-Remaining"))
+		reset, err := strconv.ParseInt(r.header.Get("X-RateLimit-Reset"), 10, 64)
+		require.NoError(t, err)
+		require.InDelta(t, before+60, reset, 2)
+	}
+	for _, path := range []string{"/api/v1/chat", "/v1/chat/completions"} {
+		r := f.post(t, path, smallChat)
+		require.Equal(t, http.StatusTooManyRequests, r.status)
+		require.Contains(t, string(r.body), `"rate_limited"`)
+		require.Equal(t, "0", r.header.Get("X-RateLimit-Remaining"))
+		ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+		require.NoError(t, err)
+		require.True(t, ra >= 1 && ra <= 61, ra)
+	}
+}
+
+func TestOrgWindowIsSharedAndTighterOneIsShown(t *testing.T) {
+	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(func(p *hotpath.Plan) {
+		p.RequestsPerMinute, p.OrgRequestsPerMinute = 10, 2
+	}))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()))
+	r := f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, "2", r.header.Get("X-RateLimit-Limit"))
+	require.Equal(t, "1", r.header.Get("X-RateLimit-Remaining"))
+	// Another key of the same organization spends the rest.
+	other := hotpath.Principal{KeyID: "key-2", UserID: "user-2", OrgID: "org-1", Kind: hotpath.KindDeveloper,
+		SpendCapMicros: -1, CreditsMicros: -1, WorkspaceCapMicros: -1}
+	st, metered, refusal := l.Hit(context.Background(), time.Now(), &other, hotpath.RateRequests)
+	require.True(t, metered)
+	require.Nil(t, refusal)
+	require.Zero(t, st.Remaining)
+	r = f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	// Nothing was counted in the key's own window by the refusal.
+	key, _, err := l.PeekWindows(context.Background(), time.Now(), &hotpath.Principal{KeyID: "key-1", OrgID: "org-1"})
+	require.NoError(t, err)
+	require.Equal(t, int64(9), key.Remaining)
+}
+
+func TestRateHeadersAbsentOnKeyCheckRefusals(t *testing.T) {
+	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(nil))
+	ro := uncapped()
+	ro.ReadOnly = true
+	f := newChatFixture(t, withLimits(l, nil, ro))
+	r := f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, http.StatusForbidden, r.status)
+	require.Contains(t, string(r.body), `"key_read_only"`)
+	require.Empty(t, r.header.Get("X-RateLimit-Limit"))
+
+	scoped := uncapped()
+	var err error
+	scoped.Scopes, err = hotpath.ParseScopes([]string{"moderation"})
+	require.NoError(t, err)
+	f = newChatFixture(t, withLimits(l, nil, scoped))
+	r = f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, http.StatusForbidden, r.status)
+	require.Contains(t, string(r.body), `"key_scope_forbidden"`)
+	require.Empty(t, r.header.Get("X-RateLimit-Limit"))
+
+	f = newChatFixture(t, withLimits(l, nil, uncapped()))
+	f.key = "gw_live_not-a-key"
+	r = f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, http.StatusUnauthorized, r.status)
+	require.Empty(t, r.header.Get("X-RateLimit-Limit"))
+}
+
+func TestUnreachableStoreServesUnmetered(t *testing.T) {
+	l := newLimits(t, failingCounters{}, testPlan(nil))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()))
+	r := f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	require.Empty(t, r.header.Get("X-RateLimit-Limit"))
+	require.Empty(t, r.header.Get("X-RateLimit-Remaining"))
+	require.GreaterOrEqual(t, l.Unmetered.Load(), uint64(2)) // the window and the lease
+}
+
+func TestConcurrencyCeilingPerKey(t *testing.T) {
+	c := hotpath.NewMemoryCounters(hotpath.NoSeeder{})
+	l := newLimits(t, c, testPlan(func(p *hotpath.Plan) { p.MaxConcurrent = 2 }))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()))
+	slow := `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x [[sim:tokens=20]] [[sim:itl_ms=10]]"}]}`
+	done := make(chan chatReply, 2)
+	for range 2 {
+		go func() { done <- f.post(t, "/api/v1/chat", slow) }()
+	}
+	require.Eventually(t, func() bool {
+		n, _ := c.InFlight(context.Background(), time.Now(), "cc:key-1")
+		return n == 2
+	}, 2*time.Second, time.Millisecond)
+	for _, path := range []string{"/api/v1/chat", "/api/v2/chat", "/v1/chat/completions"} {
+		r := f.post(t, path, smallChat)
+		require.Equal(t, http.StatusTooManyRequests, r.status)
+		require.Equal(t, "1", r.header.Get("Retry-After"))
+		if path != "/v1/chat/completions" {
+			require.Contains(t, string(r.body), `"reason":"concurrency"`)
+		}
+	}
+	for range 2 {
+		require.Equal(t, http.StatusOK, (<-done).status)
+	}
+	require.Eventually(t, func() bool {
+		n, _ := c.InFlight(context.Background(), time.Now(), "cc:key-1")
+		return n == 0
+	}, 2*time.Second, time.Millisecond, "every ending gives the slot back")
+
+	// A client that leaves mid-stream gives its slot back too.
+	conn, err := f.rawDial()
+	require.NoError(t, err)
+	body := slow
+	_, err = fmt.Fprintf(conn, "POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		f.key, len(body), body)
+	require.NoError(t, err)
+	buf := make([]byte, 512)
+	_, err = conn.Read(buf)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	require.Eventually(t, func() bool {
+		n, _ := c.InFlight(context.Background(), time.Now(), "cc:key-1")
+		return n == 0
+	}, 3*time.Second, time.Millisecond)
+}
+
+// TestNoOvershootUnderConcurrency fires 200 concurrent requests at every
+// kind of cap and checks that what was admitted never costs more than it.
+func TestNoOvershootUnderConcurrency(t *testing.T) {
+	// A 4-token vaani reply to "hi" costs about 15 micro-USD at the
+	// default prices, and admission reserves about twice that; the caps
+	// hold a handful of such requests.
+	cases := []struct {
+		name    string
+		edit    func(*hotpath.Principal)
+		budget  hotpath.Budget
+		code    string
+		measure func(r hotpath.UsageRecord) int64
+	}{
+		{"key spend cap", func(p *hotpath.Principal) { p.SpendCapMicros = 100 },
+			hotpath.Budget{Kind: hotpath.BudgetKeySpend, Subject: "key-1", Cap: 100_000_000}, "key_spend_cap_exceeded",
+			func(r hotpath.UsageRecord) int64 { return r.CostPico }},
+		{"workspace cap", func(p *hotpath.Principal) { p.WorkspaceID, p.WorkspaceCapMicros = "ws-1", 100 },
+			hotpath.Budget{Kind: hotpath.BudgetWorkspaceSpend, Subject: "ws-1", Cap: 100_000_000}, "workspace_spend_cap_exceeded",
+			func(r hotpath.UsageRecord) int64 { return r.CostPico }},
+		{"credits", func(p *hotpath.Principal) {
+			p.Kind, p.CreditsMicros, p.CreditsAdjustMicros = hotpath.KindHeadless, 120, -20
+		},
+			hotpath.Budget{Kind: hotpath.BudgetCredits, Subject: "key-1", Cap: 100_000_000}, "credits_exhausted",
+			func(r hotpath.UsageRecord) int64 { return r.CostPico }},
+		{"token pools", func(p *hotpath.Principal) { p.Kind = hotpath.KindSignedIn },
+			hotpath.Budget{Kind: hotpath.BudgetPoolMonthly, Subject: "org-1", Cap: 2000}, "budget_exhausted",
+			func(r hotpath.UsageRecord) int64 { return r.WeightedTokens }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := hotpath.NewMemoryCounters(hotpath.NoSeeder{})
+			l := newLimits(t, c, testPlan(func(p *hotpath.Plan) {
+				p.MaxConcurrent, p.RequestsPerMinute, p.OrgRequestsPerMinute = 1000, 1000, 1000
+				p.PoolMonthly, p.PoolBurst = 2000, 1_000_000
+			}))
+			p := uncapped()
+			tc.edit(&p)
+			sink := &recordingSink{}
+			f := newChatFixture(t, withLimits(l, sink, p), func(o *fixtureOptions) { o.maxInFlight = 1000 })
+			body := `{"model":"vaani","max_tokens":8,"reasoning_effort":"none","messages":[{"role":"user","content":"hi [[sim:tokens=4]]"}]}`
+			statuses := make(chan chatReply, 200)
+			var wg sync.WaitGroup
+			for range 200 {
+				wg.Go(func() { statuses <- f.post(t, "/api/v1/chat", body) })
+			}
+			wg.Wait()
+			close(statuses)
+			ok, refused := 0, 0
+			for r := range statuses {
+				switch r.status {
+				case http.StatusOK:
+					ok++
+				case http.StatusTooManyRequests:
+					refused++
+					require.Contains(t, string(r.body), `"`+tc.code+`"`)
+					require.NotEmpty(t, r.header.Get("Retry-After"))
+				default:
+					t.Fatalf("unexpected %d %s", r.status, r.body)
+				}
+			}
+			require.Positive(t, ok)
+			require.Positive(t, refused)
+			var spent int64
+			for _, r := range sink.all() {
+				if r.Billed {
+					spent += tc.measure(r)
+				}
+			}
+			require.LessOrEqual(t, spent, tc.budget.Cap, "admitted requests cost more than the cap")
+			var st [1]hotpath.BudgetState
+			require.NoError(t, c.Usage(context.Background(), time.Now(), []hotpath.Budget{tc.budget}, st[:]))
+			require.Equal(t, spent, st[0].Used, "the counter settles to the sum of real costs")
+		})
+	}
+}
+
+func TestBudgetRefusalShape(t *testing.T) {
+	c := hotpath.NewMemoryCounters(hotpath.NoSeeder{})
+	l := newLimits(t, c, testPlan(func(p *hotpath.Plan) { p.PoolMonthly = 1000 }))
+	p := uncapped()
+	p.Kind = hotpath.KindSignedIn
+	f := newChatFixture(t, withLimits(l, nil, p))
+	// Spend the monthly pool.
+	var res hotpath.Reservation
+	b := []hotpath.Budget{{Kind: hotpath.BudgetPoolMonthly, Subject: "org-1", Cap: 1000}}
+	refused, err := c.Reserve(context.Background(), time.Now(), b, []int64{1000}, &res)
+	require.NoError(t, err)
+	require.Equal(t, -1, refused)
+
+	r := f.post(t, "/api/v1/chat", `{"model":"kavi","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	var env struct {
+		Code          string `json:"code"`
+		ResetAt       string `json:"reset_at"`
+		MiraAvailable *bool  `json:"mira_available"`
+	}
+	require.NoError(t, sonic.Unmarshal(r.body, &env))
+	require.Equal(t, "budget_exhausted", env.Code)
+	next := hotpath.NextMonth(time.Now())
+	require.Equal(t, next.Format(time.RFC3339), env.ResetAt)
+	require.NotNil(t, env.MiraAvailable)
+	require.True(t, *env.MiraAvailable)
+	ra, err := strconv.ParseInt(r.header.Get("Retry-After"), 10, 64)
+	require.NoError(t, err)
+	require.InDelta(t, float64(next.Unix()-time.Now().Unix()), float64(ra), 2)
+	require.Equal(t, "600", r.header.Get("X-RateLimit-Limit"), "budget refusals still show the request window")
+	require.Equal(t, "599", r.header.Get("X-RateLimit-Remaining"))
+
+	// auto is downgraded to mira, which has its own request cap.
+	r = f.post(t, "/api/v1/chat", `{"model":"auto","max_tokens":8,"reasoning_effort":"high","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	require.Contains(t, string(r.body), `"routed_tier":"mira"`)
+}
+
+func TestAutoDowngradesWhilePoolsAreLow(t *testing.T) {
+	c := hotpath.NewMemoryCounters(hotpath.NoSeeder{})
+	l := newLimits(t, c, testPlan(func(p *hotpath.Plan) { p.PoolBurst, p.LowPercent = 100_000, 20 }))
+	p := uncapped()
+	p.Kind = hotpath.KindSignedIn
+	f := newChatFixture(t, withLimits(l, nil, p))
+	body := `{"model":"auto","max_tokens":8,"reasoning_effort":"high","messages":[{"role":"user","content":"hi"}]}`
+	r := f.post(t, "/api/v1/chat", body)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	require.Contains(t, string(r.body), `"routed_tier":"kavi"`, "healthy pools: high effort goes to kavi")
+
+	var res hotpath.Reservation
+	b := []hotpath.Budget{{Kind: hotpath.BudgetPoolBurst, Subject: "org-1", Cap: 100_000}}
+	_, err := c.Reserve(context.Background(), time.Now(), b, []int64{85_000}, &res)
+	require.NoError(t, err)
+	p.OrgID = "org-1" // as the fixture binds it
+	require.True(t, l.PoolsLow(context.Background(), time.Now(), &p))
+	r = f.post(t, "/api/v1/chat", body)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	require.Contains(t, string(r.body), `"routed_tier":"mira"`)
+}
+
+func TestLedgerRowsForEveryEnding(t *testing.T) {
+	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(func(p *hotpath.Plan) { p.RequestsPerMinute = 3 }))
+	sink := &recordingSink{}
+	f := newChatFixture(t, withLimits(l, sink, uncapped()))
+	r := f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, http.StatusOK, r.status)
+	r = f.post(t, "/api/v2/chat", `{"model":"vaani","stream":true,"messages":[{"role":"user","content":"hi [[sim:tokens=5]]"}]}`)
+	require.Equal(t, http.StatusOK, r.status)
+	r = f.post(t, "/v1/chat/completions", `{"model":"mira","messages":[{"role":"user","content":"hi [[sim:status=400]]"}]}`)
+	require.NotEqual(t, http.StatusOK, r.status)
+	r = f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+
+	require.Eventually(t, func() bool { return len(sink.all()) == 4 }, 2*time.Second, time.Millisecond)
+	rows := map[string]hotpath.UsageRecord{}
+	for _, row := range sink.all() {
+		require.Equal(t, "req-golden", row.RequestID)
+		require.Equal(t, "key-1", row.KeyID)
+		require.Equal(t, "org-1", row.OrgID)
+		require.Equal(t, "apikey", row.Bucket)
+		require.Positive(t, row.DurationUS)
+		rows[row.Route+"/"+strconv.Itoa(row.Status)] = row
+	}
+	ok := rows["chat_v1/200"]
+	require.True(t, ok.Billed)
+	require.Equal(t, "mira", ok.Tier)
+	require.Positive(t, ok.InputTokens)
+	require.Equal(t, int64(4), ok.OutputTokens)
+	require.Positive(t, ok.CostPico)
+	require.Empty(t, ok.ErrorCode)
+
+	st := rows["chat_v2/200"]
+	require.True(t, st.Stream)
+	require.True(t, st.Billed)
+	require.Equal(t, int64(5), st.OutputTokens)
+	require.Positive(t, st.TTFTUS)
+
+	limited := rows["chat_v1/429"]
+	require.False(t, limited.Billed)
+	require.Equal(t, "rate_limited", limited.ErrorCode)
+	require.Zero(t, limited.CostPico)
+
+	var failed *hotpath.UsageRecord
+	for _, row := range rows {
+		if row.Route == "chat_openai" {
+			failed = &row
+		}
+	}
+	require.NotNil(t, failed)
+	require.False(t, failed.Billed)
+	require.NotEmpty(t, failed.ErrorCode)
+}
