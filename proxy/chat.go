@@ -226,20 +226,27 @@ var errConcurrency = &codec.Error{Code: codec.CodeRateLimited,
 	Message: "Too many chat requests in flight; retry in a moment.",
 	Detail:  codec.Detail{Reason: "concurrency", RetryAfter: 1}}
 
-func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire ChatWire) error {
+func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire ChatWire) (err error) {
 	if !ch.gate.TryAcquire() {
 		return errConcurrency
 	}
 	t := acquireTurn()
 	t.ch, t.wire, t.start, t.keyID, t.principal = ch, wire, c.Start, c.User.KeyID, c.User
 	t.requestID = append(t.requestID, c.ID()...)
-	streaming, err := t.prepare(ctx, c)
-	if err != nil || !streaming {
+	streaming := false
+	defer func() {
+		// A stream that opened owns t from here. Every other ending —
+		// an answer, an error, a panic on its way to the edge's recovery
+		// — settles, gives the slots back and logs its row.
+		if streaming && err == nil {
+			return
+		}
 		t.account(&c.Usage)
 		t.admitted()
 		releaseTurn(t)
 		ch.gate.Release()
-	}
+	}()
+	streaming, err = t.prepare(ctx, c)
 	return err
 }
 

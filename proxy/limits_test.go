@@ -396,3 +396,28 @@ func TestLedgerRowsForEveryEnding(t *testing.T) {
 	require.False(t, failed.Billed)
 	require.NotEmpty(t, failed.ErrorCode)
 }
+
+// panickingCounters panics when a budget is reserved: after the key's
+// concurrency slot was taken.
+type panickingCounters struct{ *hotpath.MemoryCounters }
+
+func (panickingCounters) Reserve(context.Context, time.Time, []hotpath.Budget, []int64, *hotpath.Reservation) (int, error) {
+	panic("reserve exploded")
+}
+
+func TestSlotsAreReleasedWhenAHandlerPanics(t *testing.T) {
+	c := panickingCounters{hotpath.NewMemoryCounters(hotpath.NoSeeder{})}
+	l := newLimits(t, c, testPlan(func(p *hotpath.Plan) { p.MaxConcurrent = 1 }))
+	p := uncapped()
+	p.SpendCapMicros = 1000 // a budget to reserve against
+	f := newChatFixture(t, withLimits(l, nil, p))
+	for range 3 {
+		r := f.post(t, "/api/v1/chat", smallChat)
+		require.Equal(t, http.StatusInternalServerError, r.status, "not 429: the slot came back")
+		require.Contains(t, string(r.body), `"internal_error"`)
+	}
+	n, err := c.InFlight(context.Background(), time.Now(), "cc:key-1")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Zero(t, f.chat.gate.InFlight())
+}
