@@ -203,6 +203,9 @@ func (v *Verifier) fetch(h TokenHash, kind TokenKind) (*keyEntry, error) {
 		if err != nil {
 			return nil, err
 		}
+		if e.user != nil {
+			e.user.prepare()
+		}
 		v.fill(e)
 		return e, nil
 	})

@@ -161,13 +161,13 @@ type RateState struct {
 }
 
 func (l *Limits) windows(p *Principal, b RateBucket, ws *[2]Window) []Window {
-	pl := l.PlanOf(p)
+	pl, k := l.PlanOf(p), p.keys()
 	if b == RateTokenCount {
-		ws[0] = Window{Key: "rl:t:" + p.KeyID, Limit: pl.TokenCountsPerMinute, Length: RateWindow}
+		ws[0] = Window{Key: k.tokens, Limit: pl.TokenCountsPerMinute, Length: RateWindow}
 		return ws[:1]
 	}
-	ws[0] = Window{Key: "rl:k:" + p.KeyID, Limit: pl.RequestsPerMinute, Length: RateWindow}
-	ws[1] = Window{Key: "rl:o:" + p.OrgID, Limit: pl.OrgRequestsPerMinute, Length: RateWindow}
+	ws[0] = Window{Key: k.key, Limit: pl.RequestsPerMinute, Length: RateWindow}
+	ws[1] = Window{Key: k.org, Limit: pl.OrgRequestsPerMinute, Length: RateWindow}
 	return ws[:2]
 }
 
@@ -243,7 +243,7 @@ var errConcurrency = &codec.Error{Code: codec.CodeRateLimited,
 // Acquire takes one of the key's chat concurrency slots. ok false with a nil
 // refusal means the store failed and the request runs unmetered.
 func (l *Limits) Acquire(ctx context.Context, now time.Time, p *Principal) (lease Lease, held bool, refusal *codec.Error) {
-	lease, ok, err := l.c.Acquire(ctx, now, "cc:"+p.KeyID, l.PlanOf(p).MaxConcurrent)
+	lease, ok, err := l.c.Acquire(ctx, now, p.keys().lease, l.PlanOf(p).MaxConcurrent)
 	switch {
 	case err != nil:
 		l.Unmetered.Add(1)
@@ -254,15 +254,11 @@ func (l *Limits) Acquire(ctx context.Context, now time.Time, p *Principal) (leas
 	return lease, true, nil
 }
 
-// Release gives a slot back; its context is its own, never a request's.
+// Release gives a slot back. Its context is never a request's: the request
+// may be gone; the store bounds the call itself.
 func (l *Limits) Release(lease Lease) {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	_ = l.c.Release(ctx, lease)
+	_ = l.c.Release(context.Background(), lease)
 }
-
-// storeTimeout bounds one call to the counter store made outside a request.
-const storeTimeout = 2 * time.Second
 
 // PoolState is a token pool's health.
 type PoolState uint8
@@ -469,9 +465,7 @@ func (l *Limits) Settle(ch *Charge, billed bool, costPico, tokens int64) {
 			actual[ch.miraIdx] = 1
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	_ = l.c.Settle(ctx, &ch.Res, actual[:ch.N])
+	_ = l.c.Settle(context.Background(), &ch.Res, actual[:ch.N])
 	ch.reserved = false
 }
 

@@ -95,6 +95,29 @@ type Principal struct {
 	// the cache too: revocation is final, and suspension changes notify.
 	Revoked   bool
 	Suspended bool
+
+	// counterKeys names the key's windows and lease in the counter store;
+	// the verifier builds them once per cached record, not per request.
+	counterKeys counterKeys
+}
+
+type counterKeys struct{ key, org, tokens, lease string }
+
+// prepare builds what requests derive from the record. The verifier calls it
+// before the record is shared.
+func (p *Principal) prepare() { p.counterKeys = p.buildCounterKeys() }
+
+func (p *Principal) buildCounterKeys() counterKeys {
+	return counterKeys{key: "rl:k:" + p.KeyID, org: "rl:o:" + p.OrgID, tokens: "rl:t:" + p.KeyID, lease: "cc:" + p.KeyID}
+}
+
+// keys returns the counter names, building them when the record did not
+// come through the verifier.
+func (p *Principal) keys() counterKeys {
+	if p.counterKeys.key != "" {
+		return p.counterKeys
+	}
+	return p.buildCounterKeys()
 }
 
 // CreditsCapMicros is a headless key's whole credit: granted plus

@@ -20,6 +20,17 @@ func TestNonStreamRequestAllocationBudget(t *testing.T) {
 	require.LessOrEqual(t, allocs, float64(maxRequestAllocs))
 }
 
+// maxMeteredAllocs is the budget with limits and the ledger row on: the
+// window, lease and reservation on the in-process counters, and the row.
+const maxMeteredAllocs = 24
+
+func TestMeteredRequestAllocationBudget(t *testing.T) {
+	f := newRequestHarness(t, metered(t))
+	allocs := testing.AllocsPerRun(200, func() { f.do(t) })
+	t.Logf("allocations per metered non-streaming request: %.0f", allocs)
+	require.LessOrEqual(t, allocs, float64(maxMeteredAllocs))
+}
+
 // A stream's allocations do not grow with its frames: a 500-frame stream
 // allocates what a 10-frame one does.
 func TestStreamAllocatesNothingPerFrame(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/edgegw/gateway/hotpath"
 )
 
 // cannedTransport answers every upstream call with one fixed completion,
@@ -33,10 +35,10 @@ type requestHarness struct {
 	ctx     fasthttp.RequestCtx
 }
 
-func newRequestHarness(t testing.TB) *requestHarness {
-	fx := newChatFixture(t, func(o *fixtureOptions) {
+func newRequestHarness(t testing.TB, opts ...func(*fixtureOptions)) *requestHarness {
+	fx := newChatFixture(t, append([]func(*fixtureOptions){func(o *fixtureOptions) {
 		o.upstream = func(c *UpstreamConfig) { c.Transport = cannedTransport{body: []byte(cannedCompletion)} }
-	})
+	}}, opts...)...)
 	f := &requestHarness{handler: fx.handler}
 	f.ctx.Request.Header.SetMethod(fasthttp.MethodPost)
 	f.ctx.Request.SetRequestURI("/v1/chat/completions")
@@ -56,6 +58,36 @@ func (f *requestHarness) do(t testing.TB) {
 	f.handler(&f.ctx)
 	if f.ctx.Response.StatusCode() != fasthttp.StatusOK {
 		t.Fatalf("status %d: %s", f.ctx.Response.StatusCode(), f.ctx.Response.Body())
+	}
+}
+
+// discardSink takes ledger rows and keeps nothing, as cheaply as the real
+// ledger's Record (a copy into a queue).
+type discardSink struct{ last hotpath.UsageRecord }
+
+func (d *discardSink) Record(r *hotpath.UsageRecord) { d.last = *r }
+
+// metered is what production adds to every chat request: a request window,
+// a concurrency lease and a spend-cap reservation on the in-process
+// counters, and a ledger row.
+func metered(t testing.TB) func(*fixtureOptions) {
+	c := hotpath.NewMemoryCounters(hotpath.NoSeeder{})
+	plan := hotpath.DefaultPlan()
+	plan.RequestsPerMinute, plan.OrgRequestsPerMinute = 1<<40, 1<<40
+	l, err := hotpath.NewLimits(c, []hotpath.Plan{plan}, plan.Name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := hotpath.Principal{SpendCapMicros: 1 << 40, CreditsMicros: -1, WorkspaceCapMicros: -1}
+	return func(o *fixtureOptions) { o.limits, o.usage, o.principal = l, &discardSink{}, p }
+}
+
+func BenchmarkNonStreamRequestMetered(b *testing.B) {
+	f := newRequestHarness(b, metered(b))
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchBody)))
+	for b.Loop() {
+		f.do(b)
 	}
 }
 
