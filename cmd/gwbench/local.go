@@ -31,7 +31,14 @@ var demoKey = regexp.MustCompile(`gw_live_[0-9A-Za-z]+`)
 
 // stackConfig binds every tier to the simulator process, with deadlines
 // short enough that the faults scorecard's hangs and stalls end quickly.
-const stackConfig = `providers:
+// Its plan meters every request (windows, leases, the ledger row) but is
+// sized never to refuse the load a benchmark offers.
+const stackConfig = `plans:
+  default:
+    requests_per_minute: 1000000000
+    org_requests_per_minute: 1000000000
+    max_concurrent_requests: 1000000
+providers:
   simulator:
     base_url: %s
 tiers:
@@ -80,7 +87,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	gw, err := child.Start(ctx, "gateway", bin, []string{"DATABASE_URL=" + dbURL},
 		[]string{"listening", "key invalidation channel listening"},
-		"serve", "--addr", "127.0.0.1:0", "--admin-addr", "", "--config", cfg, "--demo", "--log-level", "info")
+		// One process: counters in process, as a single gateway runs,
+		// even when REDIS_URL is in the environment.
+		"serve", "--addr", "127.0.0.1:0", "--admin-addr", "", "--redis-url", "", "--config", cfg, "--demo", "--log-level", "info")
 	if err != nil {
 		return err
 	}
