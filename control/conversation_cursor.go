@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/storage"
 )
 
 // Cursors are opaque to clients: base64url (unpadded) of a version byte, a
@@ -72,7 +73,7 @@ func decodeConvListCursor(s string, filters uint64) (convListCursor, *codec.Erro
 	}
 	c.updatedAt = time.UnixMicro(micros).UTC()
 	c.id = string(b[10+n:])
-	if !convUUIDText(c.id) {
+	if !storage.ValidUUID(c.id) {
 		return convListCursor{}, errConvCursor
 	}
 	if c.filters != filters {
@@ -112,32 +113,11 @@ func decodeConvMessageCursor(s string, desc bool) (convMessageCursor, *codec.Err
 	}
 	c.after = int(after)
 	c.leaf = string(b[3+n:])
-	if !convUUIDText(c.leaf) {
+	if !storage.ValidUUID(c.leaf) {
 		return convMessageCursor{}, errConvMessageCursor
 	}
 	if c.desc != desc {
 		return convMessageCursor{}, errConvMessageCursorOrder
 	}
 	return c, nil
-}
-
-// convUUIDText reports whether s is a UUID in canonical text form.
-func convUUIDText(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -666,13 +666,13 @@ func parseConvAppend(body []byte, c *hotpath.Call) (*convAppendInput, *codec.Err
 	if in.Root && in.ParentID != nil {
 		return nil, convInvalid("root: a new root answers nothing; send root or parent_id, not both.")
 	}
-	if in.ParentID != nil && !convUUIDText(*in.ParentID) {
+	if in.ParentID != nil && !storage.ValidUUID(*in.ParentID) {
 		return nil, convInvalid("parent_id: not a message of this conversation.")
 	}
 	if in.ExpectedLeaf, cerr = f.str("expected_leaf"); cerr != nil {
 		return nil, cerr
 	}
-	if in.ExpectedLeaf != nil && !convUUIDText(*in.ExpectedLeaf) {
+	if in.ExpectedLeaf != nil && !storage.ValidUUID(*in.ExpectedLeaf) {
 		return nil, convInvalid("expected_leaf: not a message of this conversation.")
 	}
 	return in, nil

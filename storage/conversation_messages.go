@@ -270,7 +270,7 @@ func newestMessage(ctx context.Context, q convQuerier, conv *Conversation) (*str
 
 // messageOf reports whether id names a message of the conversation.
 func messageOf(ctx context.Context, q convQuerier, convID, id string) (bool, error) {
-	if !convUUID(id) {
+	if !ValidUUID(id) {
 		return false, nil
 	}
 	var ok bool

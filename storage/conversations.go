@@ -141,27 +141,12 @@ func scanConversation(row pgx.Row, withPermission bool) (Conversation, error) {
 	return c, nil
 }
 
-// convUUID reports whether s is a UUID in its canonical textual form, so
+// ValidUUID reports whether s is a UUID in its canonical textual form, so
 // that a malformed id is answered as a missing one before it reaches the
 // database.
-func convUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
+func ValidUUID(s string) bool {
+	var b [16]byte
+	return parseUUID(&b, s)
 }
 
 // CreateConversation creates a conversation of userID in orgID. A vault
@@ -170,7 +155,7 @@ func convUUID(s string) bool {
 // lacks either grant ErrVaultForbidden.
 func (db *DB) CreateConversation(ctx context.Context, userID, orgID string, n NewConversation) (Conversation, error) {
 	if n.VaultID != nil {
-		if !convUUID(*n.VaultID) {
+		if !ValidUUID(*n.VaultID) {
 			return Conversation{}, ErrVaultNotFound
 		}
 		var canRead, canWrite bool
@@ -214,7 +199,7 @@ func (db *DB) GetConversation(ctx context.Context, userID, orgID, id string) (Co
 // getConversation reads (and with lock, locks for the transaction) one
 // visible conversation.
 func getConversation(ctx context.Context, q convQuerier, userID, orgID, id string, lock bool) (Conversation, error) {
-	if !convUUID(id) {
+	if !ValidUUID(id) {
 		return Conversation{}, ErrNotFound
 	}
 	sql := `select ` + convColumns + `, ` + convCanWrite + convVisible + ` and c.id = $3`
@@ -255,10 +240,10 @@ type convQuerier interface {
 // key (nil for the first page). more reports whether another page follows.
 func (db *DB) ListConversations(ctx context.Context, userID, orgID string, f ConversationFilter, after *ConversationKey, limit int) (out []Conversation, more bool, err error) {
 	out = []Conversation{}
-	if f.VaultID != nil && !convUUID(*f.VaultID) {
+	if f.VaultID != nil && !ValidUUID(*f.VaultID) {
 		return out, false, nil // a vault that cannot exist matches nothing
 	}
-	if after != nil && !convUUID(after.ID) {
+	if after != nil && !ValidUUID(after.ID) {
 		return nil, false, ErrBadCursor
 	}
 	var afterAt *time.Time

@@ -98,6 +98,12 @@ func call(t *testing.T, addr, method, path, key string, body any, headers ...str
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
+	return do(t, req)
+}
+
+// do sends req and reads the whole answer, decoding a JSON body.
+func do(t *testing.T, req *http.Request) resp {
+	t.Helper()
 	r, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer r.Body.Close()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -59,16 +58,7 @@ func (c convClient) do(t *testing.T, method, path string, body any, headers ...s
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	r, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer r.Body.Close()
-	out := resp{status: r.StatusCode, header: r.Header}
-	out.raw, err = io.ReadAll(r.Body)
-	require.NoError(t, err)
-	if len(out.raw) > 0 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
-		require.NoError(t, json.Unmarshal(out.raw, &out.body), "body %s", out.raw)
-	}
-	return out
+	return do(t, req)
 }
 
 func (c convClient) create(t *testing.T, body any) map[string]any {

@@ -77,16 +77,7 @@ func (sa *signInApp) post(t *testing.T, path, contentType, body string, headers 
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	r, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer r.Body.Close()
-	out := resp{status: r.StatusCode, header: r.Header}
-	out.raw, err = io.ReadAll(r.Body)
-	require.NoError(t, err)
-	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") && len(out.raw) > 0 {
-		require.NoError(t, json.Unmarshal(out.raw, &out.body), "%s", out.raw)
-	}
-	return out
+	return do(t, req)
 }
 
 func (sa *signInApp) postJSON(t *testing.T, path string, body any) resp {
