@@ -50,6 +50,52 @@ type Counters interface {
 	Settle(ctx context.Context, r *Reservation, actual []int64) error
 	// Usage reads budgets without changing them: out[i] for budgets[i].
 	Usage(ctx context.Context, now time.Time, budgets []Budget, out []BudgetState) error
+
+	// Admit is Hit, Acquire and Reserve for one chat request in a single
+	// step (one round trip to a remote store), atomically, in that order:
+	//   - when a window is full, nothing changes: Refused is AdmitWindow;
+	//   - otherwise the request counts in every window; then when the
+	//     lease's slots are all held, Refused is AdmitConcurrency;
+	//   - otherwise when a budget would go over its cap, no slot is taken
+	//     and nothing is reserved: Refused is AdmitBudget and Budget is the
+	//     index of the first such budget;
+	//   - otherwise the slot is held (Lease) and r records the reservation.
+	// a.WindowOut receives the windows' states after the call in every
+	// case. An empty LeaseKey skips the lease, no budgets skip the
+	// reservation. Budget counters the store lacks are seeded first, before
+	// anything changes.
+	Admit(ctx context.Context, now time.Time, a *Admission, r *Reservation) (AdmitResult, error)
+	// Finish settles r to actual (as Settle) and releases lease (as
+	// Release) in a single step; either may be empty.
+	Finish(ctx context.Context, lease Lease, r *Reservation, actual []int64) error
+}
+
+// Admission is what one chat request is admitted against.
+type Admission struct {
+	Windows    []Window
+	WindowOut  []WindowState // len >= len(Windows)
+	LeaseKey   string
+	LeaseLimit int64
+	Budgets    []Budget
+	Amounts    []int64
+}
+
+// AdmitRefusal says which check refused a request.
+type AdmitRefusal uint8
+
+// The outcomes of Admit.
+const (
+	AdmitOK AdmitRefusal = iota
+	AdmitWindow
+	AdmitConcurrency
+	AdmitBudget
+)
+
+// AdmitResult is what Admit decided.
+type AdmitResult struct {
+	Refused AdmitRefusal
+	Budget  int   // with AdmitBudget: the index of the budget that is spent
+	Lease   Lease // with AdmitOK and a LeaseKey: the slot held
 }
 
 // LeaseTTL is how long a concurrency lease outlives the process holding it.

@@ -7,9 +7,9 @@ package hotpath
 // State lives in 64 shards, each a mutex over four maps (windows, lease
 // sets, held leases, budgets); a key's shard is a hash of its name. A call
 // touching several counters (a Hit on the key's and the organization's
-// window, a Reserve over up to six budgets) locks every shard involved in
-// ascending order, checks all, then changes all: atomic, and free of lock
-// order deadlocks. Entries are created on first use with the key cloned, so
+// window, a Reserve over up to six budgets, an Admit over windows, a lease
+// and budgets, a Finish) locks every shard involved in ascending order,
+// checks all, then changes all: atomic, and free of lock order deadlocks. Entries are created on first use with the key cloned, so
 // a steady state allocates nothing.
 //
 // Memory stays bounded without a goroutine: whenever a call with a clock
@@ -155,9 +155,10 @@ func (m *MemoryCounters) budgetShard(k BudgetKind, subject string) uint8 {
 }
 
 // lockSet is the shards one call locks, ascending; past its capacity it
-// locks them all.
+// locks them all. The capacity covers an Admit's two windows, lease and
+// six budgets with room to spare.
 type lockSet struct {
-	idx [8]uint8
+	idx [12]uint8
 	n   int
 	all bool
 }
@@ -277,6 +278,13 @@ func (m *MemoryCounters) Hit(_ context.Context, now time.Time, ws []Window, out 
 		ls.add(m.shardOf(ws[i].Key))
 	}
 	m.lock(&ls, nowMs)
+	allowed := m.hitLocked(ws, out, nowMs)
+	m.unlock(&ls)
+	return allowed, nil
+}
+
+// hitLocked is Hit with every window's shard held.
+func (m *MemoryCounters) hitLocked(ws []Window, out []WindowState, nowMs int64) bool {
 	allowed := true
 	for i := range ws {
 		w := m.shards[m.shardOf(ws[i].Key)].windows[ws[i].Key]
@@ -300,8 +308,7 @@ func (m *MemoryCounters) Hit(_ context.Context, now time.Time, ws []Window, out 
 		}
 		out[i] = windowState(w, nowMs, ws[i].Limit)
 	}
-	m.unlock(&ls)
-	return allowed, nil
+	return allowed
 }
 
 // PeekWindows implements Counters.
@@ -326,21 +333,43 @@ func (m *MemoryCounters) Acquire(_ context.Context, now time.Time, key string, l
 	sh := &m.shards[m.shardOf(key)]
 	sh.mu.Lock()
 	sh.maybeSweep(nowMs)
+	s := sh.leaseSet(key, nowMs)
+	if s.held >= limit {
+		sh.mu.Unlock()
+		return Lease{}, false, nil
+	}
+	l := sh.take(s, &m.leaseSeq)
+	sh.mu.Unlock()
+	return l, true, nil
+}
+
+// leaseSet returns key's lease set, creating it, and marks it used at
+// nowMs; the caller holds sh.
+func (sh *memShard) leaseSet(key string, nowMs int64) *memLeaseSet {
 	s := sh.leases[key]
 	if s == nil {
 		s = &memLeaseSet{key: strings.Clone(key)}
 		sh.leases[s.key] = s
 	}
 	s.touched = nowMs
-	if s.held >= limit {
-		sh.mu.Unlock()
-		return Lease{}, false, nil
-	}
+	return s
+}
+
+// take holds one more slot of s; the caller holds sh and checked the limit.
+func (sh *memShard) take(s *memLeaseSet, seq *atomic.Uint64) Lease {
 	s.held++
-	id, name := sh.nextLeaseID(&m.leaseSeq)
+	id, name := sh.nextLeaseID(seq)
 	sh.held[id] = s
-	sh.mu.Unlock()
-	return Lease{Key: s.key, ID: name}, true, nil
+	return Lease{Key: s.key, ID: name}
+}
+
+// release frees the slot lease id holds under key, if it still does; the
+// caller holds sh.
+func (sh *memShard) release(id uint64, key string) {
+	if s := sh.held[id]; s != nil && s.key == key {
+		delete(sh.held, id)
+		s.held--
+	}
 }
 
 // nextLeaseID hands out the next lease id, making leaseIDChunk of them in
@@ -395,10 +424,7 @@ func (m *MemoryCounters) Release(_ context.Context, lease Lease) error {
 	}
 	sh := &m.shards[m.shardOf(lease.Key)]
 	sh.mu.Lock()
-	if s := sh.held[id]; s != nil && s.key == lease.Key {
-		delete(sh.held, id)
-		s.held--
-	}
+	sh.release(id, lease.Key)
 	sh.mu.Unlock()
 	return nil
 }
@@ -673,56 +699,91 @@ func (m *MemoryCounters) Reserve(ctx context.Context, now time.Time, budgets []B
 	}
 	c := newBudgetClock(now)
 	var es [MaxReservation]*memBudget
-	var si [MaxReservation]uint8
 	for attempt := 0; ; attempt++ {
 		var ls lockSet
-		for i := range budgets {
-			var err error
-			if es[i], si[i], err = m.budget(ctx, &c, &budgets[i]); err != nil {
-				return -1, err
-			}
-			ls.add(si[i])
+		if err := m.budgetsOf(ctx, &c, budgets, &es, &ls); err != nil {
+			return -1, err
 		}
 		m.lock(&ls, 0)
-		dead := false
-		for _, e := range es[:len(budgets)] {
-			dead = dead || e.dead
-		}
-		if dead { // swept between seeding and locking: look again
+		if anyDead(es[:len(budgets)]) {
 			m.unlock(&ls)
-			if attempt == 3 {
-				return -1, fmt.Errorf("cannot reserve budgets: %w: counters keep expiring", ErrCountersUnavailable)
+			if err := tooManyExpiries(attempt); err != nil {
+				return -1, err
 			}
 			continue
 		}
-		refused := -1
-		for i := range budgets {
-			if budgets[i].Cap < 0 {
-				continue
-			}
-			pending := amounts[i]
-			for j := range i {
-				if es[j] == es[i] {
-					pending = satAdd(pending, amounts[j])
-				}
-			}
-			used := es[i].usedAt(budgets[i].Kind, &c)
-			if used > budgets[i].Cap || pending > budgets[i].Cap-used {
-				refused = i
-				break
-			}
-		}
+		refused := overCap(&c, budgets, amounts, &es)
 		if refused < 0 {
-			for i := range budgets {
-				r.Slots[i] = es[i].add(budgets[i].Kind, &c, amounts[i])
-			}
-			r.N = len(budgets)
-			copy(r.Budgets[:], budgets)
-			copy(r.Amounts[:], amounts)
+			reserveLocked(&c, budgets, amounts, &es, r)
 		}
 		m.unlock(&ls)
 		return refused, nil
 	}
+}
+
+// budgetsOf fills es with the counters of budgets at c, seeding those the
+// store lacks, and adds their shards to ls. It locks nothing on return.
+func (m *MemoryCounters) budgetsOf(ctx context.Context, c *budgetClock, budgets []Budget, es *[MaxReservation]*memBudget, ls *lockSet) error {
+	for i := range budgets {
+		e, si, err := m.budget(ctx, c, &budgets[i])
+		if err != nil {
+			return err
+		}
+		es[i] = e
+		ls.add(si)
+	}
+	return nil
+}
+
+// anyDead reports whether a sweep dropped one of es between seeding and
+// locking: the caller looks them up again.
+func anyDead(es []*memBudget) bool {
+	for _, e := range es {
+		if e.dead {
+			return true
+		}
+	}
+	return false
+}
+
+// tooManyExpiries bounds how often a call looks its counters up again.
+func tooManyExpiries(attempt int) error {
+	if attempt == 3 {
+		return fmt.Errorf("cannot reserve budgets: %w: counters keep expiring", ErrCountersUnavailable)
+	}
+	return nil
+}
+
+// overCap returns the index of the first budget that adding amounts would
+// take over its cap, or -1; the caller holds every counter's shard.
+func overCap(c *budgetClock, budgets []Budget, amounts []int64, es *[MaxReservation]*memBudget) int {
+	for i := range budgets {
+		if budgets[i].Cap < 0 {
+			continue
+		}
+		pending := amounts[i]
+		for j := range i {
+			if es[j] == es[i] {
+				pending = satAdd(pending, amounts[j])
+			}
+		}
+		used := es[i].usedAt(budgets[i].Kind, c)
+		if used > budgets[i].Cap || pending > budgets[i].Cap-used {
+			return i
+		}
+	}
+	return -1
+}
+
+// reserveLocked adds amounts and records them in r; the caller holds every
+// counter's shard and checked the caps.
+func reserveLocked(c *budgetClock, budgets []Budget, amounts []int64, es *[MaxReservation]*memBudget, r *Reservation) {
+	for i := range budgets {
+		r.Slots[i] = es[i].add(budgets[i].Kind, c, amounts[i])
+	}
+	r.N = len(budgets)
+	copy(r.Budgets[:], budgets)
+	copy(r.Amounts[:], amounts)
 }
 
 // add counts amount at c and returns the slot it went to; the caller holds
@@ -752,6 +813,27 @@ func (m *MemoryCounters) Settle(_ context.Context, r *Reservation, actual []int6
 	if r.MarkSettled() {
 		return nil
 	}
+	var ls lockSet
+	m.settleShards(r, actual, &ls)
+	m.lock(&ls, 0)
+	m.settleLocked(r, actual)
+	m.unlock(&ls)
+	return nil
+}
+
+// settleShards adds to ls the shards of the counters settling r to actual
+// changes.
+func (m *MemoryCounters) settleShards(r *Reservation, actual []int64, ls *lockSet) {
+	for i := range r.N {
+		if actual[i] != r.Amounts[i] {
+			ls.add(m.budgetShard(r.Budgets[i].Kind, r.Budgets[i].Subject))
+		}
+	}
+}
+
+// settleLocked replaces r's amounts with actual; the caller holds the
+// shards settleShards named.
+func (m *MemoryCounters) settleLocked(r *Reservation, actual []int64) {
 	for i := range r.N {
 		d := actual[i] - r.Amounts[i]
 		if d == 0 {
@@ -763,20 +845,18 @@ func (m *MemoryCounters) Settle(_ context.Context, r *Reservation, actual []int6
 		if per == PeriodMonth {
 			k.slot = r.Slots[i]
 		}
-		sh := &m.shards[m.budgetShard(b.Kind, b.Subject)]
-		sh.mu.Lock()
-		if e := sh.budgets[k]; e != nil && e.seeded {
-			if per == PeriodTrailing {
-				if c := burstCell(r.Slots[i]); e.burst.start[c] == r.Slots[i] {
-					e.burst.used[c] = max(satAdd(e.burst.used[c], d), 0)
-				}
-			} else {
-				e.used = max(satAdd(e.used, d), 0)
-			}
+		e := m.shards[m.budgetShard(b.Kind, b.Subject)].budgets[k]
+		if e == nil || !e.seeded {
+			continue
 		}
-		sh.mu.Unlock()
+		if per == PeriodTrailing {
+			if c := burstCell(r.Slots[i]); e.burst.start[c] == r.Slots[i] {
+				e.burst.used[c] = max(satAdd(e.burst.used[c], d), 0)
+			}
+		} else {
+			e.used = max(satAdd(e.used, d), 0)
+		}
 	}
-	return nil
 }
 
 // Usage implements Counters.
@@ -815,5 +895,98 @@ func (m *MemoryCounters) Usage(ctx context.Context, now time.Time, budgets []Bud
 		}
 		sh.mu.Unlock()
 	}
+	return nil
+}
+
+// Admit implements Counters. It locks the shards of every window, the lease
+// and every budget at once, in ascending order, after seeding any budget
+// counter it lacks; a lease limit of 0 or less admits nobody.
+func (m *MemoryCounters) Admit(ctx context.Context, now time.Time, a *Admission, r *Reservation) (AdmitResult, error) {
+	*r = Reservation{}
+	if err := CheckWindows(a.Windows, a.WindowOut); err != nil {
+		return AdmitResult{}, err
+	}
+	if err := CheckReserve(a.Budgets, a.Amounts); err != nil {
+		return AdmitResult{}, err
+	}
+	c := newBudgetClock(now)
+	var es [MaxReservation]*memBudget
+	for attempt := 0; ; attempt++ {
+		var ls lockSet
+		if err := m.budgetsOf(ctx, &c, a.Budgets, &es, &ls); err != nil {
+			return AdmitResult{}, err
+		}
+		for i := range a.Windows {
+			ls.add(m.shardOf(a.Windows[i].Key))
+		}
+		var lsh *memShard
+		if a.LeaseKey != "" {
+			li := m.shardOf(a.LeaseKey)
+			ls.add(li)
+			lsh = &m.shards[li]
+		}
+		m.lock(&ls, c.ms)
+		if anyDead(es[:len(a.Budgets)]) {
+			m.unlock(&ls)
+			if err := tooManyExpiries(attempt); err != nil {
+				return AdmitResult{}, err
+			}
+			continue
+		}
+		res := m.admitLocked(&c, a, &es, lsh, r)
+		m.unlock(&ls)
+		return res, nil
+	}
+}
+
+// admitLocked decides an Admit; the caller holds every shard it touches.
+func (m *MemoryCounters) admitLocked(c *budgetClock, a *Admission, es *[MaxReservation]*memBudget, lsh *memShard, r *Reservation) AdmitResult {
+	if !m.hitLocked(a.Windows, a.WindowOut, c.ms) {
+		return AdmitResult{Refused: AdmitWindow}
+	}
+	var s *memLeaseSet
+	if lsh != nil {
+		if s = lsh.leaseSet(a.LeaseKey, c.ms); s.held >= a.LeaseLimit {
+			return AdmitResult{Refused: AdmitConcurrency}
+		}
+	}
+	if i := overCap(c, a.Budgets, a.Amounts, es); i >= 0 {
+		return AdmitResult{Refused: AdmitBudget, Budget: i}
+	}
+	var res AdmitResult
+	if s != nil {
+		res.Lease = lsh.take(s, &m.leaseSeq)
+	}
+	reserveLocked(c, a.Budgets, a.Amounts, es, r)
+	return res
+}
+
+// Finish implements Counters: the settlement and the release happen under
+// one set of shard locks. A caller error (actual not matching r) changes
+// nothing, the lease included.
+func (m *MemoryCounters) Finish(_ context.Context, lease Lease, r *Reservation, actual []int64) error {
+	if err := CheckSettle(r, actual); err != nil {
+		return err
+	}
+	settle := !r.MarkSettled()
+	var ls lockSet
+	if settle {
+		m.settleShards(r, actual, &ls)
+	}
+	id, release := parseLeaseID(lease.ID)
+	var lsh *memShard
+	if release {
+		li := m.shardOf(lease.Key)
+		ls.add(li)
+		lsh = &m.shards[li]
+	}
+	m.lock(&ls, 0)
+	if settle {
+		m.settleLocked(r, actual)
+	}
+	if release {
+		lsh.release(id, lease.Key)
+	}
+	m.unlock(&ls)
 	return nil
 }

@@ -12,8 +12,9 @@ import (
 	"github.com/edgegw/gateway/hotpath"
 )
 
-// The in-process window check, lease acquire and release, and reservation
-// arithmetic allocate nothing once their counters exist. Lease ids are made
+// The in-process window check, lease acquire and release, reservation
+// arithmetic, and admission and finish combining them allocate nothing once
+// their counters exist. Lease ids are made
 // 256 to an allocation, which rounds to zero per call.
 func TestMemoryCountersAllocateNothing(t *testing.T) {
 	m := hotpath.NewMemoryCounters(nil)
@@ -34,6 +35,7 @@ func TestMemoryCountersAllocateNothing(t *testing.T) {
 	actual := []int64{600, 600, 60, 60}
 	states := make([]hotpath.BudgetState, len(budgets))
 	var r hotpath.Reservation
+	admission := &hotpath.Admission{Windows: ws, WindowOut: out, LeaseKey: "cc:k1", LeaseLimit: 4, Budgets: budgets, Amounts: amounts}
 
 	calls := map[string]func(){
 		"Hit": func() {
@@ -65,6 +67,15 @@ func TestMemoryCountersAllocateNothing(t *testing.T) {
 				t.Fatal(err, refused)
 			}
 			if err := m.Settle(ctx, &r, actual); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"AdmitFinish": func() {
+			res, err := m.Admit(ctx, now, admission, &r)
+			if err != nil || res.Refused != hotpath.AdmitOK {
+				t.Fatal(err, res.Refused)
+			}
+			if err := m.Finish(ctx, res.Lease, &r, actual); err != nil {
 				t.Fatal(err)
 			}
 		},

@@ -55,6 +55,41 @@ func BenchmarkMemoryCounters(b *testing.B) {
 			}
 		})
 	})
+	b.Run("AdmitFinish", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			g := seq.Add(1)
+			a := &hotpath.Admission{
+				Windows: []hotpath.Window{
+					{Key: fmt.Sprintf("rl:key:k%d:requests", g), Limit: 1 << 62, Length: time.Minute},
+					{Key: fmt.Sprintf("rl:org:o%d:requests", g%4), Limit: 1 << 62, Length: time.Minute},
+				},
+				WindowOut:  make([]hotpath.WindowState, 2),
+				LeaseKey:   fmt.Sprintf("cc:k%d", g),
+				LeaseLimit: 4,
+				Budgets: []hotpath.Budget{
+					{Kind: hotpath.BudgetKeySpend, Subject: fmt.Sprintf("key_%d", g), Cap: 1 << 62},
+					{Kind: hotpath.BudgetWorkspaceSpend, Subject: fmt.Sprintf("ws_%d", g%4), Cap: 1 << 62},
+					{Kind: hotpath.BudgetPoolMonthly, Subject: fmt.Sprintf("org_%d", g%4), Cap: 1 << 62},
+					{Kind: hotpath.BudgetPoolBurst, Subject: fmt.Sprintf("org_%d", g%4), Cap: 1 << 62},
+				},
+				Amounts: []int64{1000, 1000, 100, 100},
+			}
+			actual := []int64{600, 600, 60, 60}
+			var r hotpath.Reservation
+			for pb.Next() {
+				res, err := m.Admit(context.Background(), now, a, &r)
+				if err != nil || res.Refused != hotpath.AdmitOK {
+					b.Error(err, res.Refused)
+					return
+				}
+				if err := m.Finish(context.Background(), res.Lease, &r, actual); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
 	b.Run("ReserveSettle", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {

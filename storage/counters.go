@@ -12,6 +12,12 @@ package storage
 // budgets or to none. That is what keeps 200 concurrent requests from
 // overshooting a cap.
 //
+// A chat request costs two scripts: Admit (its windows, its lease and its
+// budgets, checked and changed in one script) and Finish (its settlement
+// and its release). The scripts are assembled from shared Lua functions
+// (windowsHit, leaseSlots, budgetReserve, budgetSettle), so the single
+// operations and the combined ones run the same code.
+//
 // Keys, all under the prefix:
 //
 //	<Window.Key>                              hash {c: count, r: reset ms}, expires with the window
@@ -29,8 +35,8 @@ package storage
 // within the TTL.
 //
 // Seeding. A budget counter that does not exist (never used, or lost) makes
-// Reserve and Usage answer "need seed" with the budgets concerned, having
-// changed nothing. The process then asks the BudgetSeeder (the ledger) and
+// Reserve, Admit and Usage answer "need seed" with the budgets concerned,
+// having changed nothing (no window counted, no lease taken). The process then asks the BudgetSeeder (the ledger) and
 // writes the result with a script that writes only while the key is still
 // missing, and runs the call once more. Reservations are only ever added to
 // a key that exists, and a key is only ever created by a seed, so the
@@ -42,6 +48,9 @@ package storage
 // Money is exact: counters are Redis integers, and the scripts compare
 // them as two base-1e9 limbs, since Lua numbers are doubles and a $100,000
 // cap in pico-USD is past what a double holds exactly.
+//
+// A lease Admit takes is renewed from the moment Admit returns it, exactly
+// as one Acquire takes, until Finish or Release forgets it.
 //
 // What errs, and which way: the first use of a budget counter in a period
 // costs three more round trips (EXISTS, the seed write, the retry). A call
@@ -180,37 +189,48 @@ func countersDown(verb string, err error) error {
 	return fmt.Errorf("cannot %s: %w: %w", verb, hotpath.ErrCountersUnavailable, err)
 }
 
+// windowsHit is the Lua function hitting windows, shared by hitScript and
+// admitScript: hit(k, a, n, now, out) counts one request in each of the n
+// windows KEYS[k+1..k+n] when none is full, and returns 1 if it did, else
+// 0. Window i's arguments are ARGV[a+3i-2..a+3i]: limit, length (ms), the
+// reset (ms) a window opened now gets. It appends each window's count and
+// reset after the call to out (reset 0 for a window not open).
+const windowsHit = `
+local function hit(k, a, n, now, out)
+  local c, r, ok = {}, {}, 1
+  for i = 1, n do
+    local v = redis.call('HMGET', KEYS[k + i], 'c', 'r')
+    local cnt, rst = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+    if rst <= now then cnt, rst = 0, 0 end
+    c[i], r[i] = cnt, rst
+    if cnt >= tonumber(ARGV[a + 3 * i - 2]) then ok = 0 end
+  end
+  local o = #out
+  for i = 1, n do
+    if ok == 1 then
+      if r[i] == 0 then
+        redis.call('HSET', KEYS[k + i], 'c', 1, 'r', ARGV[a + 3 * i])
+        redis.call('PEXPIRE', KEYS[k + i], ARGV[a + 3 * i - 1])
+        c[i], r[i] = 1, tonumber(ARGV[a + 3 * i])
+      else
+        c[i] = redis.call('HINCRBY', KEYS[k + i], 'c', 1)
+      end
+    end
+    out[o + 2 * i - 1], out[o + 2 * i] = c[i], r[i]
+  end
+  return ok
+end
+`
+
 // hitScript counts one request in every window when none is full.
 //
 // KEYS: the windows. ARGV[1]: now (ms). Then per window: limit, length
 // (ms), the reset (ms) a window opened now gets.
 // Returns {allowed 0|1, count1, reset1, count2, reset2, ...} after the call;
 // reset 0 for a window not open.
-var hitScript = rueidis.NewLuaScript(`
-local now = tonumber(ARGV[1])
-local n = #KEYS
-local c, r = {}, {}
-local ok = 1
-for i = 1, n do
-  local v = redis.call('HMGET', KEYS[i], 'c', 'r')
-  local cnt, rst = tonumber(v[1]) or 0, tonumber(v[2]) or 0
-  if rst <= now then cnt, rst = 0, 0 end
-  c[i], r[i] = cnt, rst
-  if cnt >= tonumber(ARGV[3 * i - 1]) then ok = 0 end
-end
-local out = {ok}
-for i = 1, n do
-  if ok == 1 then
-    if r[i] == 0 then
-      redis.call('HSET', KEYS[i], 'c', 1, 'r', ARGV[3 * i + 1])
-      redis.call('PEXPIRE', KEYS[i], ARGV[3 * i])
-      c[i], r[i] = 1, tonumber(ARGV[3 * i + 1])
-    else
-      c[i] = redis.call('HINCRBY', KEYS[i], 'c', 1)
-    end
-  end
-  out[2 * i], out[2 * i + 1] = c[i], r[i]
-end
+var hitScript = rueidis.NewLuaScript(windowsHit + `
+local out = {0}
+out[1] = hit(0, 1, #KEYS, tonumber(ARGV[1]), out)
 return out
 `)
 
@@ -230,11 +250,16 @@ return out
 
 func (c *RedisCounters) windowArgs(now time.Time, ws []hotpath.Window) (keys, args []string) {
 	nowMs := now.UnixMilli()
-	keys = make([]string, len(ws))
 	args = make([]string, 1, 1+3*len(ws))
 	args[0] = strconv.FormatInt(nowMs, 10)
+	return c.appendWindowArgs(make([]string, 0, len(ws)), args, nowMs, ws)
+}
+
+// appendWindowArgs appends the windows' keys and their arguments as
+// windowsHit reads them.
+func (c *RedisCounters) appendWindowArgs(keys, args []string, nowMs int64, ws []hotpath.Window) ([]string, []string) {
 	for i := range ws {
-		keys[i] = c.prefix + ws[i].Key
+		keys = append(keys, c.prefix+ws[i].Key)
 		l := ws[i].Length.Milliseconds()
 		args = append(args, strconv.FormatInt(ws[i].Limit, 10), strconv.FormatInt(l, 10), strconv.FormatInt(nowMs+l, 10))
 	}
@@ -317,16 +342,29 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
+// leaseSlots is the Lua functions taking a lease, shared by acquireScript
+// and admitScript; now is the Redis clock (ms). leaseFull(k, limit, now)
+// drops the expired leases of set k and reports whether limit are live;
+// leaseTake(k, ttl, id, now) then adds lease id, expiring after ttl (ms).
+const leaseSlots = `
+local function leaseFull(k, limit, now)
+  redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+  return redis.call('ZCARD', k) >= tonumber(limit)
+end
+local function leaseTake(k, ttl, id, now)
+  redis.call('ZADD', k, now + tonumber(ttl), id)
+  redis.call('PEXPIRE', k, ttl)
+end
+`
+
 // acquireScript drops expired leases, then adds one when fewer than the
 // limit are live.
 //
 // KEYS[1]: the lease set. ARGV: limit, TTL (ms), lease id. Returns 1 when
 // taken, else 0.
-var acquireScript = rueidis.NewLuaScript(redisNowMs + `
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+var acquireScript = rueidis.NewLuaScript(leaseSlots + redisNowMs + `
+if leaseFull(KEYS[1], ARGV[1], now) then return 0 end
+leaseTake(KEYS[1], ARGV[2], ARGV[3], now)
 return 1
 `)
 
@@ -362,7 +400,7 @@ func (c *RedisCounters) Acquire(ctx context.Context, _ time.Time, key string, li
 	if limit <= 0 {
 		return hotpath.Lease{}, false, nil
 	}
-	l := hotpath.Lease{Key: key, ID: c.idPrefix + strconv.FormatUint(c.seq.Add(1), 36)}
+	l := c.newLease(key)
 	ctx, cancel := c.call(ctx)
 	defer cancel()
 	n, err := acquireScript.Exec(ctx, c.client, []string{c.leaseKey(key)},
@@ -373,10 +411,27 @@ func (c *RedisCounters) Acquire(ctx context.Context, _ time.Time, key string, li
 	if n != 1 {
 		return hotpath.Lease{}, false, nil
 	}
+	c.hold(l)
+	return l, true, nil
+}
+
+// newLease names a lease of this process under key.
+func (c *RedisCounters) newLease(key string) hotpath.Lease {
+	return hotpath.Lease{Key: key, ID: c.idPrefix + strconv.FormatUint(c.seq.Add(1), 36)}
+}
+
+// hold hands a lease just taken to the renewer.
+func (c *RedisCounters) hold(l hotpath.Lease) {
 	c.mu.Lock()
 	c.held[l] = struct{}{}
 	c.mu.Unlock()
-	return l, true, nil
+}
+
+// forget stops renewing a lease about to be released.
+func (c *RedisCounters) forget(l hotpath.Lease) {
+	c.mu.Lock()
+	delete(c.held, l)
+	c.mu.Unlock()
 }
 
 // Release implements hotpath.Counters. It runs even when ctx is cancelled:
@@ -385,9 +440,7 @@ func (c *RedisCounters) Release(ctx context.Context, lease hotpath.Lease) error 
 	if lease.ID == "" {
 		return nil
 	}
-	c.mu.Lock()
-	delete(c.held, lease)
-	c.mu.Unlock()
+	c.forget(lease)
 	ctx, cancel := c.detached(ctx)
 	defer cancel()
 	if err := c.client.Do(ctx, c.client.B().Zrem().Key(c.leaseKey(lease.Key)).Member(lease.ID).Build()).Error(); err != nil {
@@ -509,57 +562,82 @@ local function str(a)
 end
 `
 
+// budgetReserve is the Lua functions reserving budgets, shared by
+// reserveScript and admitScript (after budgetLimbs). The n budgets'
+// counters are KEYS[k+1..k+n]; budget i's arguments are six from
+// ARGV[a+6(i-1)+1]: period ('m' month, 'l' lifetime, 'b' burst), cap
+// (negative: none), amount, TTL (ms; not used for months, whose expiry is
+// fixed when seeded), the current burst slot and the oldest burst slot in
+// the window (Unix seconds).
+//
+// budgetsUsed(k, a, n) reads the counters, dropping burst slots that left
+// the window, and returns their usage and {-2, i, ...} naming (0-based)
+// those missing. budgetsOver(k, a, n, used) returns the 0-based index of
+// the first budget the amounts would take over its cap, or -1.
+// budgetsAdd(k, a, n) adds the amounts.
+const budgetReserve = `
+local function budgetsUsed(k, a, n)
+  local need, used = {-2}, {}
+  for i = 1, n do
+    local b, key = a + (i - 1) * 6, KEYS[k + i]
+    if ARGV[b + 1] == 'b' then
+      local f = redis.call('HGETALL', key)
+      if #f == 0 then
+        need[#need + 1] = i - 1
+      else
+        local oldest, s = tonumber(ARGV[b + 6]), {0, 0}
+        for j = 1, #f, 2 do
+          local slot = tonumber(f[j])
+          if slot then
+            if slot < oldest then redis.call('HDEL', key, f[j]) else s = add(s, num(f[j + 1])) end
+          end
+        end
+        used[i] = s
+      end
+    else
+      local v = redis.call('GET', key)
+      if v then used[i] = num(v) else need[#need + 1] = i - 1 end
+    end
+  end
+  return used, need
+end
+local function budgetsOver(k, a, n, used)
+  local pend = {}
+  for i = 1, n do
+    local b, key = a + (i - 1) * 6, KEYS[k + i]
+    local p = add(pend[key] or {0, 0}, num(ARGV[b + 3]))
+    pend[key] = p
+    local cap = ARGV[b + 2]
+    if string.sub(cap, 1, 1) ~= '-' and gt(add(used[i], p), num(cap)) then return i - 1 end
+  end
+  return -1
+end
+local function budgetsAdd(k, a, n)
+  for i = 1, n do
+    local b, key = a + (i - 1) * 6, KEYS[k + i]
+    local per = ARGV[b + 1]
+    if per == 'b' then
+      redis.call('HINCRBY', key, ARGV[b + 5], ARGV[b + 3])
+    else
+      redis.call('INCRBY', key, ARGV[b + 3])
+    end
+    if per ~= 'm' then redis.call('PEXPIRE', key, ARGV[b + 4]) end
+  end
+end
+`
+
 // reserveScript adds every amount when every budget stays within its cap.
 //
-// KEYS: the budgets' counters. ARGV, six per budget: period ('m' month,
-// 'l' lifetime, 'b' burst), cap (negative: none), amount, TTL (ms; not used
-// for months, whose expiry is fixed when seeded), the current burst slot
-// and the oldest burst slot in the window (Unix seconds).
-// Returns {-1} when reserved, {i} (0-based) for the first budget that
-// would go over, or {-2, i, ...} for the budgets whose counters are missing.
-var reserveScript = rueidis.NewLuaScript(budgetLimbs + `
-local n = #KEYS
-local need, used = {-2}, {}
-for i = 1, n do
-  local a, k = (i - 1) * 6, KEYS[i]
-  if ARGV[a + 1] == 'b' then
-    local f = redis.call('HGETALL', k)
-    if #f == 0 then
-      need[#need + 1] = i - 1
-    else
-      local oldest, s = tonumber(ARGV[a + 6]), {0, 0}
-      for j = 1, #f, 2 do
-        local slot = tonumber(f[j])
-        if slot then
-          if slot < oldest then redis.call('HDEL', k, f[j]) else s = add(s, num(f[j + 1])) end
-        end
-      end
-      used[i] = s
-    end
-  else
-    local v = redis.call('GET', k)
-    if v then used[i] = num(v) else need[#need + 1] = i - 1 end
-  end
-end
+// KEYS: the budgets' counters. ARGV: six per budget, as budgetReserve
+// reads them. Returns {-1} when reserved, {i} (0-based) for the first
+// budget that would go over, or {-2, i, ...} for the budgets whose counters
+// are missing.
+var reserveScript = rueidis.NewLuaScript(budgetLimbs + budgetReserve + `
+local used, need = budgetsUsed(0, 0, #KEYS)
 if #need > 1 then return need end
-local pend = {}
-for i = 1, n do
-  local a, k = (i - 1) * 6, KEYS[i]
-  local p = add(pend[k] or {0, 0}, num(ARGV[a + 3]))
-  pend[k] = p
-  local cap = ARGV[a + 2]
-  if string.sub(cap, 1, 1) ~= '-' and gt(add(used[i], p), num(cap)) then return {i - 1} end
-end
-for i = 1, n do
-  local a, k = (i - 1) * 6, KEYS[i]
-  local per = ARGV[a + 1]
-  if per == 'b' then
-    redis.call('HINCRBY', k, ARGV[a + 5], ARGV[a + 3])
-  else
-    redis.call('INCRBY', k, ARGV[a + 3])
-  end
-  if per ~= 'm' then redis.call('PEXPIRE', k, ARGV[a + 4]) end
-end
+local over = budgetsOver(0, 0, #KEYS, used)
+if over >= 0 then return {over} end
+budgetsAdd(0, 0, #KEYS)
 return {-1}
 `)
 
@@ -619,23 +697,33 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `)
 
-// settleScript applies each difference to a counter that still exists,
-// never leaving it below 0. A missing counter is left missing: the ledger
-// that seeds it again will hold the actual amount.
-//
-// KEYS: the counters. ARGV, three per budget: period, difference, burst
-// slot.
-var settleScript = rueidis.NewLuaScript(`
-for i = 1, #KEYS do
-  local a, k = (i - 1) * 3, KEYS[i]
-  if redis.call('EXISTS', k) == 1 then
-    if ARGV[a + 1] == 'b' then
-      if redis.call('HINCRBY', k, ARGV[a + 3], ARGV[a + 2]) < 0 then redis.call('HSET', k, ARGV[a + 3], '0') end
-    elseif redis.call('INCRBY', k, ARGV[a + 2]) < 0 then
-      redis.call('SET', k, '0', 'KEEPTTL')
+// budgetSettle is the Lua function settling reservations, shared by
+// settleScript and finishScript: settle(k, a, n) applies each difference to
+// the counters KEYS[k+1..k+n] that still exist, never leaving one below 0.
+// A missing counter is left missing: the ledger that seeds it again will
+// hold the actual amount. Counter i's arguments are three from
+// ARGV[a+3(i-1)+1]: period, difference, burst slot.
+const budgetSettle = `
+local function settle(k, a, n)
+  for i = 1, n do
+    local b, key = a + (i - 1) * 3, KEYS[k + i]
+    if redis.call('EXISTS', key) == 1 then
+      if ARGV[b + 1] == 'b' then
+        if redis.call('HINCRBY', key, ARGV[b + 3], ARGV[b + 2]) < 0 then redis.call('HSET', key, ARGV[b + 3], '0') end
+      elseif redis.call('INCRBY', key, ARGV[b + 2]) < 0 then
+        redis.call('SET', key, '0', 'KEEPTTL')
+      end
     end
   end
 end
+`
+
+// settleScript settles a reservation.
+//
+// KEYS: the counters whose amount changes. ARGV: three per counter, as
+// budgetSettle reads them.
+var settleScript = rueidis.NewLuaScript(budgetSettle + `
+settle(0, 0, #KEYS)
 return 0
 `)
 
@@ -692,25 +780,7 @@ func (c *RedisCounters) Reserve(ctx context.Context, now time.Time, budgets []ho
 	if len(budgets) == 0 {
 		return -1, nil
 	}
-	month := hotpath.MonthStart(now).Unix()
-	cur := hotpath.BurstSlotStart(now).Unix()
-	curArg := strconv.FormatInt(cur, 10)
-	oldestArg := strconv.FormatInt(hotpath.BurstWindowStart(now).Unix(), 10)
-	keys := make([]string, len(budgets))
-	args := make([]string, 0, 6*len(budgets))
-	var slots [hotpath.MaxReservation]int64
-	for i := range budgets {
-		b := &budgets[i]
-		p := b.Kind.Period()
-		switch p {
-		case hotpath.PeriodMonth:
-			slots[i] = month
-		case hotpath.PeriodTrailing:
-			slots[i] = cur
-		}
-		keys[i] = c.budgetKey(b, slots[i])
-		args = append(args, periodArg(p), strconv.FormatInt(b.Cap, 10), strconv.FormatInt(amounts[i], 10), ttlArg(p, now), curArg, oldestArg)
-	}
+	keys, args, slots := c.appendBudgetArgs(make([]string, 0, len(budgets)), make([]string, 0, 6*len(budgets)), now, budgets, amounts)
 	for attempt := 0; ; attempt++ {
 		vals, err := c.exec(ctx, reserveScript, keys, args)
 		if err != nil {
@@ -721,10 +791,7 @@ func (c *RedisCounters) Reserve(ctx context.Context, now time.Time, budgets []ho
 		case err != nil:
 			return -1, countersDown("reserve budgets", err)
 		case first == -1:
-			r.N = len(budgets)
-			copy(r.Budgets[:], budgets)
-			copy(r.Amounts[:], amounts)
-			r.Slots = slots
+			recordReservation(r, budgets, amounts, &slots)
 			return -1, nil
 		case first >= 0 && int(first) < len(budgets):
 			return int(first), nil
@@ -735,6 +802,38 @@ func (c *RedisCounters) Reserve(ctx context.Context, now time.Time, budgets []ho
 			return -1, err
 		}
 	}
+}
+
+// appendBudgetArgs appends the budgets' counter keys and their arguments as
+// budgetReserve reads them, and returns the period slot each amount goes
+// to.
+func (c *RedisCounters) appendBudgetArgs(keys, args []string, now time.Time, budgets []hotpath.Budget, amounts []int64) ([]string, []string, [hotpath.MaxReservation]int64) {
+	month := hotpath.MonthStart(now).Unix()
+	cur := hotpath.BurstSlotStart(now).Unix()
+	curArg := strconv.FormatInt(cur, 10)
+	oldestArg := strconv.FormatInt(hotpath.BurstWindowStart(now).Unix(), 10)
+	var slots [hotpath.MaxReservation]int64
+	for i := range budgets {
+		b := &budgets[i]
+		p := b.Kind.Period()
+		switch p {
+		case hotpath.PeriodMonth:
+			slots[i] = month
+		case hotpath.PeriodTrailing:
+			slots[i] = cur
+		}
+		keys = append(keys, c.budgetKey(b, slots[i]))
+		args = append(args, periodArg(p), strconv.FormatInt(b.Cap, 10), strconv.FormatInt(amounts[i], 10), ttlArg(p, now), curArg, oldestArg)
+	}
+	return keys, args, slots
+}
+
+// recordReservation fills r with a reservation the store made.
+func recordReservation(r *hotpath.Reservation, budgets []hotpath.Budget, amounts []int64, slots *[hotpath.MaxReservation]int64) {
+	r.N = len(budgets)
+	copy(r.Budgets[:], budgets)
+	copy(r.Amounts[:], amounts)
+	r.Slots = *slots
 }
 
 // exec runs one script call and returns its array answer, never empty.
@@ -832,16 +931,7 @@ func (c *RedisCounters) Settle(ctx context.Context, r *hotpath.Reservation, actu
 	if r.MarkSettled() {
 		return nil
 	}
-	var keys, args []string
-	for i := range r.N {
-		d := actual[i] - r.Amounts[i]
-		if d == 0 {
-			continue
-		}
-		b := &r.Budgets[i]
-		keys = append(keys, c.budgetKey(b, r.Slots[i]))
-		args = append(args, periodArg(b.Kind.Period()), strconv.FormatInt(d, 10), strconv.FormatInt(r.Slots[i], 10))
-	}
+	keys, args := c.appendSettleArgs(nil, nil, r, actual)
 	if len(keys) == 0 {
 		return nil
 	}
@@ -851,6 +941,22 @@ func (c *RedisCounters) Settle(ctx context.Context, r *hotpath.Reservation, actu
 		return countersDown("settle reservation", err)
 	}
 	return nil
+}
+
+// appendSettleArgs appends the keys of the counters settling r to actual
+// changes, each in the period slot its amount went to, and their arguments
+// as budgetSettle reads them.
+func (c *RedisCounters) appendSettleArgs(keys, args []string, r *hotpath.Reservation, actual []int64) ([]string, []string) {
+	for i := range r.N {
+		d := actual[i] - r.Amounts[i]
+		if d == 0 {
+			continue
+		}
+		b := &r.Budgets[i]
+		keys = append(keys, c.budgetKey(b, r.Slots[i]))
+		args = append(args, periodArg(b.Kind.Period()), strconv.FormatInt(d, 10), strconv.FormatInt(r.Slots[i], 10))
+	}
+	return keys, args
 }
 
 // Usage implements hotpath.Counters.
@@ -917,6 +1023,167 @@ func budgetStates(vals []rueidis.RedisMessage, budgets []hotpath.Budget, now tim
 				out[i].ResetAt = first + int64(hotpath.BurstWindow/time.Second)
 			}
 		}
+	}
+	return nil
+}
+
+// admitScript is Hit, Acquire and Reserve in one script: every counter is
+// read, checked and changed with no other call in between.
+//
+// KEYS: the windows, then the lease set (when there is a lease), then the
+// budgets' counters. ARGV: the number of windows, 1 when there is a lease
+// else 0, now (ms); three per window as windowsHit reads them; the lease's
+// limit, TTL (ms) and id; six per budget as budgetReserve reads them.
+//
+// Returns {-2, i, ...} (0-based budget indexes) when budget counters are
+// missing, having changed nothing; else {outcome, budget index, count1,
+// reset1, ...} with outcome 0 admitted, 1 a window is full, 2 the lease's
+// slots are all held, 3 the budget at the index would go over its cap.
+var admitScript = rueidis.NewLuaScript(windowsHit + leaseSlots + budgetLimbs + budgetReserve + redisNowMs + `
+local nw, nl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local bk, la = nw + nl, 3 + 3 * nw
+local ba, nb = la + 3 * nl, #KEYS - nw - nl
+local used, need = budgetsUsed(bk, ba, nb)
+if #need > 1 then return need end
+local out = {0, 0}
+if hit(0, 3, nw, tonumber(ARGV[3]), out) == 0 then
+  out[1] = 1
+  return out
+end
+if nl == 1 and leaseFull(KEYS[nw + 1], ARGV[la + 1], now) then
+  out[1] = 2
+  return out
+end
+local over = budgetsOver(bk, ba, nb, used)
+if over >= 0 then
+  out[1], out[2] = 3, over
+  return out
+end
+if nl == 1 then leaseTake(KEYS[nw + 1], ARGV[la + 2], ARGV[la + 3], now) end
+budgetsAdd(bk, ba, nb)
+return out
+`)
+
+// finishScript is Settle and Release in one script.
+//
+// KEYS: the counters whose amount changes, then the lease set (when there
+// is a lease). ARGV[1]: the lease id, empty for none; then three per
+// counter as budgetSettle reads them.
+var finishScript = rueidis.NewLuaScript(budgetSettle + `
+local nl = 0
+if ARGV[1] ~= '' then nl = 1 end
+settle(0, 1, #KEYS - nl)
+if nl == 1 then redis.call('ZREM', KEYS[#KEYS], ARGV[1]) end
+return 0
+`)
+
+// The outcomes admitScript answers.
+var admitOutcomes = [...]hotpath.AdmitRefusal{hotpath.AdmitOK, hotpath.AdmitWindow, hotpath.AdmitConcurrency, hotpath.AdmitBudget}
+
+// Admit implements hotpath.Counters: one script call, plus the seeding
+// round trips when a budget counter is missing (the script then answers
+// which, having changed nothing; the counters are seeded and the script
+// runs once more). The lease runs on the Redis clock, as Acquire's, and an
+// admitted lease is renewed until Finish or Release. A lease limit of 0 or
+// less admits nobody.
+func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *hotpath.Admission, r *hotpath.Reservation) (hotpath.AdmitResult, error) {
+	*r = hotpath.Reservation{}
+	if err := hotpath.CheckWindows(a.Windows, a.WindowOut); err != nil {
+		return hotpath.AdmitResult{}, err
+	}
+	if err := hotpath.CheckReserve(a.Budgets, a.Amounts); err != nil {
+		return hotpath.AdmitResult{}, err
+	}
+	nw, nb, nl := len(a.Windows), len(a.Budgets), 0
+	if a.LeaseKey != "" {
+		nl = 1
+	}
+	if nw+nl+nb == 0 {
+		return hotpath.AdmitResult{}, nil
+	}
+	nowMs := now.UnixMilli()
+	keys := make([]string, 0, nw+nl+nb)
+	args := make([]string, 3, 3+3*nw+3*nl+6*nb)
+	args[0], args[1], args[2] = strconv.Itoa(nw), strconv.Itoa(nl), strconv.FormatInt(nowMs, 10)
+	keys, args = c.appendWindowArgs(keys, args, nowMs, a.Windows)
+	var lease hotpath.Lease
+	if nl == 1 {
+		lease = c.newLease(a.LeaseKey)
+		keys = append(keys, c.leaseKey(a.LeaseKey))
+		args = append(args, strconv.FormatInt(a.LeaseLimit, 10), millis(c.leaseTTL), lease.ID)
+	}
+	keys, args, slots := c.appendBudgetArgs(keys, args, now, a.Budgets, a.Amounts)
+	for attempt := 0; ; attempt++ {
+		vals, err := c.exec(ctx, admitScript, keys, args)
+		if err != nil {
+			return hotpath.AdmitResult{}, countersDown("admit request", err)
+		}
+		outcome, err := vals[0].AsInt64()
+		if err != nil {
+			return hotpath.AdmitResult{}, countersDown("admit request", err)
+		}
+		if outcome == -2 && attempt == 0 {
+			if err := c.seedMissing(ctx, now, a.Budgets, keys[nw+nl:], vals[1:]); err != nil {
+				return hotpath.AdmitResult{}, err
+			}
+			continue
+		}
+		if outcome < 0 || int(outcome) >= len(admitOutcomes) || len(vals) < 2 {
+			return hotpath.AdmitResult{}, countersDown("admit request", fmt.Errorf("unexpected answer %d", outcome))
+		}
+		res := hotpath.AdmitResult{Refused: admitOutcomes[outcome]}
+		if res.Refused == hotpath.AdmitOK && nl == 1 {
+			// Renewed from now on, even should the rest of the answer
+			// be unreadable: the caller then never finishes it, and
+			// the slot expires within the TTL once forgotten.
+			res.Lease = lease
+			c.hold(lease)
+		}
+		bi, err := vals[1].AsInt64()
+		if err == nil {
+			err = windowStates(vals[2:], a.Windows, a.WindowOut)
+		}
+		if err == nil && res.Refused == hotpath.AdmitBudget && (bi < 0 || int(bi) >= nb) {
+			err = fmt.Errorf("budget index %d of %d", bi, nb)
+		}
+		if err != nil {
+			return hotpath.AdmitResult{}, countersDown("admit request", err)
+		}
+		switch res.Refused {
+		case hotpath.AdmitOK:
+			recordReservation(r, a.Budgets, a.Amounts, &slots)
+		case hotpath.AdmitBudget:
+			res.Budget = int(bi)
+		}
+		return res, nil
+	}
+}
+
+// Finish implements hotpath.Counters: one script call that settles r and
+// releases lease. It runs even when ctx is cancelled, as Settle and
+// Release do. A caller error (actual not matching r) changes nothing, the
+// lease included.
+func (c *RedisCounters) Finish(ctx context.Context, lease hotpath.Lease, r *hotpath.Reservation, actual []int64) error {
+	if err := hotpath.CheckSettle(r, actual); err != nil {
+		return err
+	}
+	var keys []string
+	args := []string{""}
+	if !r.MarkSettled() {
+		keys, args = c.appendSettleArgs(keys, args, r, actual)
+	}
+	if lease.ID != "" {
+		c.forget(lease)
+		keys = append(keys, c.leaseKey(lease.Key))
+		args[0] = lease.ID
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	ctx, cancel := c.detached(ctx)
+	defer cancel()
+	if err := finishScript.Exec(ctx, c.client, keys, args).Error(); err != nil {
+		return countersDown("finish request", err)
 	}
 	return nil
 }

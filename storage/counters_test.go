@@ -413,6 +413,15 @@ func TestRedisCountersUnavailable(t *testing.T) {
 				},
 				"Settle": func() error { return c.Settle(ctx, &r, []int64{10}) },
 				"Usage":  func() error { return c.Usage(ctx, now, budgets, make([]hotpath.BudgetState, 1)) },
+				"Admit": func() error {
+					a := &hotpath.Admission{Windows: ws, WindowOut: make([]hotpath.WindowState, 1), LeaseKey: "cc:k1", LeaseLimit: 2, Budgets: budgets, Amounts: []int64{10}}
+					_, err := c.Admit(ctx, now, a, new(hotpath.Reservation))
+					return err
+				},
+				"Finish": func() error {
+					fr := r // a reservation of its own: Settle above used r up
+					return c.Finish(ctx, hotpath.Lease{Key: "cc:k1", ID: "x"}, &fr, []int64{10})
+				},
 			}
 			for op, call := range calls {
 				start := time.Now()
@@ -472,6 +481,8 @@ func TestRedisCountersOneRoundTripEach(t *testing.T) {
 	states := make([]hotpath.BudgetState, len(budgets))
 	var lease hotpath.Lease
 	var r hotpath.Reservation
+	admission := &hotpath.Admission{Windows: ws, WindowOut: out, LeaseKey: "cc:k2", LeaseLimit: 10, Budgets: budgets, Amounts: amounts}
+	var admitted hotpath.AdmitResult
 	calls := []struct {
 		name string
 		call func() error
@@ -484,6 +495,14 @@ func TestRedisCountersOneRoundTripEach(t *testing.T) {
 		{"Reserve", func() error { _, err := c.Reserve(ctx, now, budgets, amounts, &r); return err }},
 		{"Settle", func() error { return c.Settle(ctx, &r, []int64{5, 5, 5, 5, 5, 1}) }},
 		{"Usage", func() error { return c.Usage(ctx, now, budgets, states) }},
+		{"Admit", func() error {
+			var err error
+			if admitted, err = c.Admit(ctx, now, admission, &r); err == nil && admitted.Refused != hotpath.AdmitOK {
+				err = fmt.Errorf("refused: %d", admitted.Refused)
+			}
+			return err
+		}},
+		{"Finish", func() error { return c.Finish(ctx, admitted.Lease, &r, []int64{5, 5, 5, 5, 5, 1}) }},
 	}
 	for _, warm := range []bool{true, false} {
 		for _, cl := range calls {
@@ -494,6 +513,81 @@ func TestRedisCountersOneRoundTripEach(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Admit's first use of a budget counter costs the seeding round trips
+// (EXISTS, the seed write, the retry) on top of its one script call, and
+// nothing more once the counters exist.
+func TestRedisCountersAdmitSeedsThenOneRoundTrip(t *testing.T) {
+	client := &countingClient{Client: storetest.Redis(t)}
+	c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+	t.Cleanup(c.Close)
+	ctx := t.Context()
+	now := time.Now()
+	warm := &hotpath.Admission{LeaseKey: "cc:warm", LeaseLimit: 1, Budgets: []hotpath.Budget{{Kind: hotpath.BudgetCredits, Subject: "key_warm", Cap: -1}}, Amounts: []int64{1}}
+	_, err := c.Admit(ctx, now, warm, new(hotpath.Reservation)) // loads the scripts
+	require.NoError(t, err)
+
+	a := &hotpath.Admission{
+		Windows:   []hotpath.Window{{Key: "rl:key:k1:requests", Limit: 100, Length: time.Minute}},
+		WindowOut: make([]hotpath.WindowState, 1),
+		LeaseKey:  "cc:k1", LeaseLimit: 10,
+		Budgets: []hotpath.Budget{{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 100}},
+		Amounts: []int64{10},
+	}
+	var r hotpath.Reservation
+	before := client.n.Load()
+	res, err := c.Admit(ctx, now, a, &r)
+	require.NoError(t, err)
+	require.Equal(t, hotpath.AdmitOK, res.Refused)
+	require.Equal(t, int64(4), client.n.Load()-before, "the script, EXISTS, the seed write, the script again")
+	require.Equal(t, int64(99), a.WindowOut[0].Remaining, "the first answer, needing a seed, counted nothing")
+
+	before = client.n.Load()
+	res2, err := c.Admit(ctx, now, a, &r)
+	require.NoError(t, err)
+	require.Equal(t, hotpath.AdmitOK, res2.Refused)
+	require.Equal(t, int64(1), client.n.Load()-before)
+	before = client.n.Load()
+	require.NoError(t, c.Finish(ctx, res2.Lease, &r, []int64{0}))
+	require.Equal(t, int64(1), client.n.Load()-before)
+	n, err := c.InFlight(ctx, now, "cc:k1")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+}
+
+// A slot Admit takes is renewed like one Acquire takes, and Finish stops
+// renewing it: a finished lease is neither brought back nor reported lost.
+func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	client := storetest.Redis(t)
+	prefix := storetest.Prefix()
+	var logs leaseLogBuffer
+	c := storage.NewRedisCounters(client, prefix, nil, slog.New(slog.NewJSONHandler(&logs, nil)), storage.WithLeaseTTL(ttl))
+	t.Cleanup(c.Close)
+	ctx := t.Context()
+	inFlight := func() int64 {
+		n, err := c.InFlight(ctx, time.Now(), "cc:k1")
+		require.NoError(t, err)
+		return n
+	}
+	a := &hotpath.Admission{LeaseKey: "cc:k1", LeaseLimit: 2}
+	res, err := c.Admit(ctx, time.Now(), a, new(hotpath.Reservation))
+	require.NoError(t, err)
+	require.Equal(t, hotpath.AdmitOK, res.Refused)
+	other, err := c.Admit(ctx, time.Now(), a, new(hotpath.Reservation))
+	require.NoError(t, err)
+	require.Equal(t, hotpath.AdmitOK, other.Refused)
+	time.Sleep(3 * ttl)
+	require.Equal(t, int64(2), inFlight(), "both slots outlived their TTL")
+
+	require.NoError(t, c.Finish(ctx, res.Lease, new(hotpath.Reservation), nil))
+	require.Equal(t, int64(1), inFlight())
+	time.Sleep(3 * ttl)
+	require.Equal(t, int64(1), inFlight(), "the finished slot stays free, the other is still renewed")
+	score, err := client.Do(ctx, client.B().Zscore().Key(prefix+"lease:cc:k1").Member(res.Lease.ID).Build()).AsFloat64()
+	require.True(t, rueidis.IsRedisNil(err), "the finished lease is gone: %v %v", score, err)
+	require.Empty(t, logs.String(), "Finish stopped renewing it: no lease was lost")
 }
 
 func BenchmarkRedisCounters(b *testing.B) {
@@ -544,6 +638,27 @@ func BenchmarkRedisCounters(b *testing.B) {
 			}
 		})
 	})
+	b.Run("AdmitFinish", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(16) // many requests in flight, as in a gateway: rueidis pipelines them
+		roundTrips(b)
+		b.RunParallel(func(pb *testing.PB) {
+			a := benchAdmission(seq.Add(1))
+			actual := []int64{600, 600, 60, 60}
+			var r hotpath.Reservation
+			for pb.Next() {
+				res, err := c.Admit(context.Background(), now, a, &r)
+				if err != nil || res.Refused != hotpath.AdmitOK {
+					b.Error(err, res.Refused)
+					return
+				}
+				if err := c.Finish(context.Background(), res.Lease, &r, actual); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
 	b.Run("ReserveSettle", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetParallelism(16) // many requests in flight, as in a gateway: rueidis pipelines them
@@ -571,4 +686,26 @@ func BenchmarkRedisCounters(b *testing.B) {
 			}
 		})
 	})
+}
+
+// benchAdmission is a chat request of goroutine g: its key's and its
+// organization's windows, its key's lease, and four budgets, some shared
+// with other goroutines.
+func benchAdmission(g int64) *hotpath.Admission {
+	return &hotpath.Admission{
+		Windows: []hotpath.Window{
+			{Key: fmt.Sprintf("rl:key:k%d:requests", g), Limit: 1 << 62, Length: time.Minute},
+			{Key: fmt.Sprintf("rl:org:o%d:requests", g%4), Limit: 1 << 62, Length: time.Minute},
+		},
+		WindowOut:  make([]hotpath.WindowState, 2),
+		LeaseKey:   fmt.Sprintf("cc:k%d", g),
+		LeaseLimit: 4,
+		Budgets: []hotpath.Budget{
+			{Kind: hotpath.BudgetKeySpend, Subject: fmt.Sprintf("key_%d", g), Cap: 1 << 62},
+			{Kind: hotpath.BudgetWorkspaceSpend, Subject: fmt.Sprintf("ws_%d", g%4), Cap: 1 << 62},
+			{Kind: hotpath.BudgetPoolMonthly, Subject: fmt.Sprintf("org_%d", g%4), Cap: 1 << 62},
+			{Kind: hotpath.BudgetPoolBurst, Subject: fmt.Sprintf("org_%d", g%4), Cap: 1 << 62},
+		},
+		Amounts: []int64{1000, 1000, 100, 100},
+	}
 }

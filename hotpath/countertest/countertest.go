@@ -37,6 +37,7 @@ func Run(t *testing.T, newCounters func(t *testing.T, seeder hotpath.BudgetSeede
 	t.Run("Leases", func(t *testing.T) { runLeases(t, newCounters) })
 	t.Run("Budgets", func(t *testing.T) { runBudgets(t, newCounters) })
 	t.Run("Seeding", func(t *testing.T) { runSeeding(t, newCounters) })
+	t.Run("Admission", func(t *testing.T) { runAdmission(t, newCounters) })
 }
 
 func empty(t *testing.T, newCounters newCountersFunc) hotpath.Counters {
