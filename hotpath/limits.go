@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -95,6 +97,9 @@ const (
 	// RatePeek checks the request window without counting in it: a full
 	// window refuses, but the route itself opens and uses nothing.
 	RatePeek
+	// RateByHandler routes count in the request window themselves, in the
+	// same step as the rest of their admission (chat: AdmitChat).
+	RateByHandler
 )
 
 // RateWindow is the per-minute window length.
@@ -113,12 +118,35 @@ type Limits struct {
 	// Unmetered counts requests served without a check because the store
 	// could not be reached.
 	Unmetered atomic.Uint64
+	// Log receives a line when requests start running unmetered; nil logs
+	// nothing.
+	Log              *slog.Logger
+	lastUnmeteredLog atomic.Int64
+	// AsyncFinish settles and releases after the request's answer, off its
+	// path: with a remote store a request then waits on one round trip,
+	// its admission. Wait waits for the settlements under way.
+	AsyncFinish bool
+	finishing   sync.WaitGroup
+
+	// pools caches, per organization, whether its pools are low: auto's
+	// routing reads it instead of a store round trip per request.
+	poolsMu sync.Mutex
+	pools   map[string]poolsSeen
 }
+
+type poolsSeen struct {
+	low   bool
+	until int64 // Unix nanoseconds
+}
+
+// poolsFresh is how long a pools reading steers auto before it is read
+// again.
+const poolsFresh = time.Second
 
 // NewLimits builds the limiter. plans must hold defaultPlan; weights gives
 // each tier's pool weight (missing tiers use DefaultPoolWeight).
 func NewLimits(c Counters, plans []Plan, defaultPlan string, weights map[string]int64) (*Limits, error) {
-	l := &Limits{c: c, plans: make(map[string]*Plan, len(plans)), weights: weights}
+	l := &Limits{c: c, plans: make(map[string]*Plan, len(plans)), weights: weights, pools: map[string]poolsSeen{}}
 	for i := range plans {
 		p := plans[i]
 		if err := p.Validate(); err != nil {
@@ -199,23 +227,43 @@ func (l *Limits) Hit(ctx context.Context, now time.Time, p *Principal, b RateBuc
 		allowed, err = l.c.Hit(ctx, now, w, out[:len(w)])
 	}
 	if err != nil {
-		l.Unmetered.Add(1)
+		l.unmetered(err)
 		return RateState{}, false, nil
 	}
 	st = tighter(out[:len(w)])
 	if allowed {
 		return st, true, nil
 	}
-	// The full window is the one to wait for.
+	return st, true, l.windowRefusal(now, out[:len(w)], st)
+}
+
+// windowRefusal is the 429 for a full window: the full window is the one to
+// wait for.
+func (l *Limits) windowRefusal(now time.Time, out []WindowState, st RateState) *codec.Error {
 	reset := st.ResetAt
-	for _, o := range out[:len(w)] {
+	for _, o := range out {
 		if o.Remaining <= 0 && o.ResetAt > reset {
 			reset = o.ResetAt
 		}
 	}
-	return st, true, &codec.Error{Code: codec.CodeRateLimited,
+	return &codec.Error{Code: codec.CodeRateLimited,
 		Message: "Too many requests in this minute; retry after the window resets.",
 		Detail:  codec.Detail{RetryAfter: retryAfter(now, reset), ResetAt: reset}}
+}
+
+// unmeteredLogEvery spaces the log lines saying requests run unmetered.
+const unmeteredLogEvery = 10 * time.Second
+
+// unmetered counts a request served without its limits because the store
+// failed, and says so in the log at most every unmeteredLogEvery.
+func (l *Limits) unmetered(err error) {
+	l.Unmetered.Add(1)
+	now := time.Now().UnixNano()
+	last := l.lastUnmeteredLog.Load()
+	if l.Log != nil && now-last >= int64(unmeteredLogEvery) && l.lastUnmeteredLog.CompareAndSwap(last, now) {
+		l.Log.Warn("counter store unreachable; serving requests unmetered", "err", err,
+			"unmetered_total", l.Unmetered.Load())
+	}
 }
 
 // PeekWindows reads the key's and the organization's request windows.
@@ -239,26 +287,6 @@ func retryAfter(now time.Time, reset int64) int {
 var errConcurrency = &codec.Error{Code: codec.CodeRateLimited,
 	Message: "Too many chat requests in flight for this key; retry in a moment.",
 	Detail:  codec.Detail{Reason: "concurrency", RetryAfter: 1}}
-
-// Acquire takes one of the key's chat concurrency slots. ok false with a nil
-// refusal means the store failed and the request runs unmetered.
-func (l *Limits) Acquire(ctx context.Context, now time.Time, p *Principal) (lease Lease, held bool, refusal *codec.Error) {
-	lease, ok, err := l.c.Acquire(ctx, now, p.keys().lease, l.PlanOf(p).MaxConcurrent)
-	switch {
-	case err != nil:
-		l.Unmetered.Add(1)
-		return Lease{}, false, nil
-	case !ok:
-		return Lease{}, false, errConcurrency
-	}
-	return lease, true, nil
-}
-
-// Release gives a slot back. Its context is never a request's: the request
-// may be gone; the store bounds the call itself.
-func (l *Limits) Release(lease Lease) {
-	_ = l.c.Release(context.Background(), lease)
-}
 
 // PoolState is a token pool's health.
 type PoolState uint8
@@ -294,13 +322,12 @@ type Charge struct {
 	N       int
 	Res     Reservation
 	// weightIdx and miraIdx locate the pool budgets for settling.
-	costIdx    [3]int8 // key spend, workspace spend, credits; -1 when absent
-	poolIdx    [2]int8 // monthly, burst
-	miraIdx    int8
-	weight     int64
-	reserved   bool
-	unmetered  bool
-	refusedIdx int
+	costIdx  [3]int8 // key spend, workspace spend, credits; -1 when absent
+	poolIdx  [2]int8 // monthly, burst
+	miraIdx  int8
+	weight   int64
+	lease    Lease
+	admitted bool
 }
 
 func (ch *Charge) add(b Budget, amount int64) int8 {
@@ -340,26 +367,6 @@ func (l *Limits) PlanCharge(ch *Charge, p *Principal, tier string, maxCostPico, 
 			ch.poolIdx[1] = ch.add(Budget{Kind: BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst}, w)
 		}
 	}
-}
-
-// Reserve admits the charge or returns the refusal naming the budget that is
-// spent. A store failure admits the request unmetered.
-func (l *Limits) Reserve(ctx context.Context, now time.Time, ch *Charge, p *Principal) *codec.Error {
-	if ch.N == 0 {
-		return nil
-	}
-	refused, err := l.c.Reserve(ctx, now, ch.Budgets[:ch.N], ch.Amounts[:ch.N], &ch.Res)
-	if err != nil {
-		l.Unmetered.Add(1)
-		ch.unmetered = true
-		return nil
-	}
-	if refused < 0 {
-		ch.reserved = true
-		return nil
-	}
-	ch.refusedIdx = refused
-	return l.refusal(ctx, now, &ch.Budgets[refused], p)
 }
 
 // refusal is the 429 for a spent budget: its code, reset_at and a
@@ -427,11 +434,20 @@ func (l *Limits) miraLeft(ctx context.Context, now time.Time, p *Principal) bool
 	return st[0].Used < pl.MiraMonthlyRequests
 }
 
+// maxPoolsSeen bounds the pools cache.
+const maxPoolsSeen = 100_000
+
 // PoolsLow reports whether either token pool of a subscription key is low or
 // blocked: auto is then routed to mira. A store failure reports false.
 func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *Principal) bool {
 	if !Subscription(p) {
 		return false
+	}
+	l.poolsMu.Lock()
+	seen, ok := l.pools[p.OrgID]
+	l.poolsMu.Unlock()
+	if ok && now.UnixNano() < seen.until {
+		return seen.low
 	}
 	pl := l.PlanOf(p)
 	b := [2]Budget{{Kind: BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly},
@@ -440,15 +456,55 @@ func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *Principal) bool
 	if err := l.c.Usage(ctx, now, b[:], st[:]); err != nil {
 		return false
 	}
-	return pl.State(st[0].Used, pl.PoolMonthly) != PoolHealthy || pl.State(st[1].Used, pl.PoolBurst) != PoolHealthy
+	low := pl.State(st[0].Used, pl.PoolMonthly) != PoolHealthy || pl.State(st[1].Used, pl.PoolBurst) != PoolHealthy
+	l.poolsMu.Lock()
+	if len(l.pools) >= maxPoolsSeen {
+		clear(l.pools) // a bound, not an eviction policy: entries live a second
+	}
+	l.pools[p.OrgID] = poolsSeen{low: low, until: now.Add(poolsFresh).UnixNano()}
+	l.poolsMu.Unlock()
+	return low
 }
 
-// Settle replaces the reservation with what the request really cost. billed
-// false (a refusal, a timeout, nothing served) gives everything back.
-func (l *Limits) Settle(ch *Charge, billed bool, costPico, tokens int64) {
-	if !ch.reserved {
+// AdmitChat admits one chat request in a single step: it counts in the
+// key's and the organization's request windows, takes one of the key's
+// concurrency slots and reserves its largest possible cost (maxCostPico,
+// maxTokens, computed by PlanCharge into ch) against every budget. It returns
+// the rate-limit headers' state, whether the request was metered (false when
+// the store failed: it is then served unmetered), and the refusal to answer.
+func (l *Limits) AdmitChat(ctx context.Context, now time.Time, p *Principal, ch *Charge) (st RateState, metered bool, refusal *codec.Error) {
+	var ws [2]Window
+	var out [2]WindowState
+	a := Admission{Windows: l.windows(p, RateRequests, &ws), WindowOut: out[:],
+		LeaseKey: p.keys().lease, LeaseLimit: l.PlanOf(p).MaxConcurrent,
+		Budgets: ch.Budgets[:ch.N], Amounts: ch.Amounts[:ch.N]}
+	res, err := l.c.Admit(ctx, now, &a, &ch.Res)
+	if err != nil {
+		l.unmetered(err)
+		return RateState{}, false, nil
+	}
+	st = tighter(out[:len(a.Windows)])
+	switch res.Refused {
+	case AdmitWindow:
+		return st, true, l.windowRefusal(now, out[:len(a.Windows)], st)
+	case AdmitConcurrency:
+		return st, true, errConcurrency
+	case AdmitBudget:
+		return st, true, l.refusal(ctx, now, &ch.Budgets[res.Budget], p)
+	}
+	ch.lease, ch.admitted = res.Lease, true
+	return st, true, nil
+}
+
+// FinishChat settles the reservation to what the request really cost and
+// gives the concurrency slot back, in one step. billed false (a refusal, a
+// timeout, nothing served) gives everything back. It does nothing for a
+// request that was not admitted.
+func (l *Limits) FinishChat(ch *Charge, billed bool, costPico, tokens int64) {
+	if !ch.admitted {
 		return
 	}
+	ch.admitted = false
 	var actual [MaxReservation]int64
 	if billed {
 		for _, i := range ch.costIdx {
@@ -465,9 +521,25 @@ func (l *Limits) Settle(ch *Charge, billed bool, costPico, tokens int64) {
 			actual[ch.miraIdx] = 1
 		}
 	}
-	_ = l.c.Settle(context.Background(), &ch.Res, actual[:ch.N])
-	ch.reserved = false
+	if l.AsyncFinish {
+		lease, res, act, n := ch.lease, ch.Res, actual, ch.N
+		l.finishing.Go(func() { l.finish(lease, &res, act[:n]) })
+		return
+	}
+	l.finish(ch.lease, &ch.Res, actual[:ch.N])
 }
+
+func (l *Limits) finish(lease Lease, r *Reservation, actual []int64) {
+	// Never the request's context: it may be gone. The store bounds the
+	// call itself.
+	if err := l.c.Finish(context.Background(), lease, r, actual); err != nil {
+		l.unmetered(err)
+	}
+}
+
+// Wait returns once every settlement started by FinishChat has ended. The
+// app calls it at shutdown, before it closes the store.
+func (l *Limits) Wait() { l.finishing.Wait() }
 
 // Weighted is the weighted-token count of a request on tier for a
 // subscription key; 0 for other keys and for mira.

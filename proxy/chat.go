@@ -123,7 +123,9 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 // Register adds the three chat routes. /api/v2/chat is its own wire, not a
 // mirror of /api/v1/chat.
 func (ch *Chat) Register(rt *Router) {
-	a := hotpath.Access{Auth: hotpath.AuthUser, Family: hotpath.FamilyChat, Billable: true}
+	// Chat counts in the request window as part of its admission, in one
+	// step with its concurrency slot and budgets.
+	a := hotpath.Access{Auth: hotpath.AuthUser, Family: hotpath.FamilyChat, Billable: true, Rate: hotpath.RateByHandler}
 	a.Name = ChatV1.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/api/v1/chat", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return ch.serve(ctx, c, ChatV1)
@@ -179,10 +181,8 @@ type turn struct {
 	count    int
 	keyID    string
 
-	// Admission: the key's concurrency lease and the budgets reserved.
+	// Admission: the key's concurrency slot and the budgets reserved.
 	principal *hotpath.Principal
-	lease     hotpath.Lease
-	leaseHeld bool
 	charge    hotpath.Charge
 	poolsLow  bool
 	billed    bool
@@ -274,35 +274,30 @@ func (t *turn) admitted() {
 	if l == nil {
 		return
 	}
-	t.ch.cfg.Limits.Settle(&t.charge, t.billed, t.bill.AmountPico, t.bill.InputTokens+t.bill.OutputTokens)
-	if t.leaseHeld {
-		t.leaseHeld = false
-		l.Release(t.lease)
-	}
+	l.FinishChat(&t.charge, t.billed, t.bill.AmountPico, t.bill.InputTokens+t.bill.OutputTokens)
 }
 
-// admit takes the key's concurrency slot and reserves the most this turn can
-// cost against every budget that applies. It runs after routing, so the
-// tier and the clamped max_tokens are known.
-func (t *turn) admit(c *hotpath.Call) *codec.Error {
+// admit counts the turn in the key's request windows, takes its concurrency
+// slot and reserves the most it can cost against every budget that applies,
+// in one step. It runs after routing, so the tier and the clamped
+// max_tokens are known.
+func (t *turn) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 	l := t.ch.cfg.Limits
 	if l == nil {
 		return nil
 	}
-	p := c.User
-	lease, held, refusal := l.Acquire(context.Background(), c.Start, p)
-	if refusal != nil {
-		return refusal
-	}
-	t.lease, t.leaseHeld = lease, held
 	in := int64(t.bound)
 	if t.counted {
 		in = int64(t.count)
 	}
 	prices := &t.up.Tier.Prices
 	maxCost := in*prices.InputPerM + t.plan.MaxTokens*prices.OutputPerM
-	l.PlanCharge(&t.charge, p, t.up.Tier.Name, maxCost, in+t.plan.MaxTokens)
-	return l.Reserve(context.Background(), c.Start, &t.charge, p)
+	l.PlanCharge(&t.charge, c.User, t.up.Tier.Name, maxCost, in+t.plan.MaxTokens)
+	st, metered, refusal := l.AdmitChat(context.Background(), c.Start, c.User, &t.charge)
+	if metered {
+		SetRateHeaders(ctx, st)
+	}
+	return refusal
 }
 
 // prepare runs everything up to the upstream call and either answers a
@@ -331,7 +326,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if cerr := t.checkContext(); cerr != nil {
 		return false, cerr
 	}
-	if cerr := t.admit(c); cerr != nil {
+	if cerr := t.admit(ctx, c); cerr != nil {
 		return false, cerr
 	}
 	t.head = codec.Head{ID: t.newCompletionID(), Created: time.Now().Unix(), Model: t.up.Tier.Name}

@@ -151,10 +151,10 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 		if a.Billable && p.ReadOnly {
 			return codec.ErrKeyReadOnly
 		}
-		if e.limits != nil && a.Rate != hotpath.RateNone {
+		if e.limits != nil && a.Rate != hotpath.RateNone && a.Rate != hotpath.RateByHandler {
 			st, metered, refusal := e.limits.Hit(context.Background(), c.Start, p, a.Rate)
 			if metered {
-				setRateHeaders(ctx, st)
+				SetRateHeaders(ctx, st)
 			}
 			if refusal != nil {
 				return refusal
@@ -180,9 +180,9 @@ const (
 	headerRateReset     = "X-RateLimit-Reset"
 )
 
-// setRateHeaders describes the per-minute request window. A window not yet
+// SetRateHeaders describes the per-minute request window. A window not yet
 // opened resets a full window from now.
-func setRateHeaders(ctx *fasthttp.RequestCtx, st hotpath.RateState) {
+func SetRateHeaders(ctx *fasthttp.RequestCtx, st hotpath.RateState) {
 	var b [20]byte
 	h := &ctx.Response.Header
 	h.SetBytesV(headerRateLimit, appendInt(b[:0], int(st.Limit)))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -152,90 +151,9 @@ func TestLedgerKeepsEveryRowOfARequestIDUsedTwice(t *testing.T) {
 	require.ErrorIs(t, err, storage.ErrNotFound)
 }
 
-// forwarder is a TCP relay between the ledger and PostgreSQL that a test
-// can cut (listener and every connection closed) and restore.
-type forwarder struct {
-	target, addr string
-	mu           sync.Mutex
-	ln           net.Listener
-	conns        map[net.Conn]struct{}
-}
-
-func startForwarder(t testing.TB, target string) *forwarder {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	f := &forwarder{target: target, addr: ln.Addr().String(), conns: make(map[net.Conn]struct{})}
-	f.serve(ln)
-	t.Cleanup(f.cut)
-	return f
-}
-
-func (f *forwarder) serve(ln net.Listener) {
-	f.mu.Lock()
-	f.ln = ln
-	f.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", f.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			f.mu.Lock()
-			live := f.ln == ln
-			if live {
-				f.conns[c], f.conns[up] = struct{}{}, struct{}{}
-			}
-			f.mu.Unlock()
-			if !live {
-				c.Close()
-				up.Close()
-				continue
-			}
-			go f.pipe(c, up)
-			go f.pipe(up, c)
-		}
-	}()
-}
-
-func (f *forwarder) pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-	f.mu.Lock()
-	delete(f.conns, dst)
-	delete(f.conns, src)
-	f.mu.Unlock()
-}
-
-func (f *forwarder) cut() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ln != nil {
-		f.ln.Close()
-		f.ln = nil
-	}
-	for c := range f.conns {
-		c.Close()
-	}
-	clear(f.conns)
-}
-
-func (f *forwarder) restore(t testing.TB) {
-	t.Helper()
-	ln, err := net.Listen("tcp", f.addr)
-	require.NoError(t, err)
-	f.serve(ln)
-}
-
 // databaseBehind returns a migrated database and a second handle on it
-// that reaches PostgreSQL through a forwarder.
-func databaseBehind(t testing.TB) (direct, relayed *storage.DB, f *forwarder) {
+// that reaches PostgreSQL through a relay.
+func databaseBehind(t testing.TB) (direct, relayed *storage.DB, f *storetest.Relay) {
 	t.Helper()
 	ctx := context.Background()
 	dbURL := storetest.DatabaseURL(t)
@@ -246,8 +164,8 @@ func databaseBehind(t testing.TB) (direct, relayed *storage.DB, f *forwarder) {
 	require.NoError(t, err)
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
-	f = startForwarder(t, u.Host)
-	u.Host = f.addr
+	f = storetest.StartRelay(t, u.Host)
+	u.Host = f.Addr()
 	relayed, err = storage.Open(ctx, storage.Config{URL: u.String(), MaxConns: 4, ConnectTimeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(relayed.Close)
@@ -285,11 +203,11 @@ func TestLedgerLosesNothingWhenPostgresIsCut(t *testing.T) {
 		require.Eventually(t, cond, 30*time.Second, time.Millisecond, what)
 	}
 	waitFor("rows written", func() bool { return l.counter("gateway_ledger_rows_written_total") >= 2000 })
-	fwd.cut()
+	fwd.Cut()
 	cutAt := recorded.Load()
 	waitFor("rows spooled during the outage", func() bool { return l.counter("gateway_ledger_rows_spooled_total") >= 3000 })
 	require.Greater(t, recorded.Load(), cutAt+2000, "recording went on during the outage")
-	fwd.restore(t)
+	fwd.Restore(t)
 	waitFor("the spool replayed", func() bool { return l.counter("gateway_ledger_rows_replayed_total") >= 1000 })
 	written := l.counter("gateway_ledger_rows_written_total")
 	waitFor("fresh rows written again", func() bool { return l.counter("gateway_ledger_rows_written_total") >= written+1000 })
@@ -321,7 +239,7 @@ func TestLedgerLosesNothingWhenPostgresIsCut(t *testing.T) {
 func TestLedgerReplaysTheSpoolOfACrashedProcess(t *testing.T) {
 	direct, relayed, fwd := databaseBehind(t)
 	dir := t.TempDir()
-	fwd.cut()
+	fwd.Cut()
 	gone := openLedger(t, relayed, dir)
 	for i := range 1500 {
 		gone.Record(usage(fmt.Sprintf("r-%d", i)))

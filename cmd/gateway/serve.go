@@ -217,6 +217,7 @@ type app struct {
 	chat     *proxy.Chat
 	ledger   *storage.Ledger
 	counters *storage.RedisCounters
+	limits   *hotpath.Limits
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -282,6 +283,10 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		a.shutdown()
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	// With Redis a request waits on one round trip, its admission; its
+	// settlement goes out after the answer.
+	limits.Log, limits.AsyncFinish = log, a.redis != nil
+	a.limits = limits
 	set.NewGauge(`gateway_limits_unmetered_total`, func() float64 { return float64(limits.Unmetered.Load()) })
 	edge := proxy.NewEdge(proxy.EdgeConfig{Verifier: a.verifier, Log: log, Metrics: set, AccessLog: cfg.AccessLog,
 		Limits: limits, Usage: a.ledger})
@@ -409,6 +414,9 @@ func (a *app) stop() {
 			a.log.Error("request-log rows left in the spool at shutdown", "err", err)
 		}
 		cancel()
+	}
+	if a.limits != nil {
+		a.limits.Wait()
 	}
 	if a.counters != nil {
 		a.counters.Close()
