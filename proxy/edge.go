@@ -180,18 +180,27 @@ const (
 	headerRateReset     = "X-RateLimit-Reset"
 )
 
+// The rate-limit header names as the spec spells them. Names are
+// case-insensitive, but fasthttp would write "X-Ratelimit-Limit"; these are
+// set as given.
+var (
+	rateLimitKey     = []byte(headerRateLimit)
+	rateRemainingKey = []byte(headerRateRemaining)
+	rateResetKey     = []byte(headerRateReset)
+)
+
 // SetRateHeaders describes the per-minute request window. A window not yet
 // opened resets a full window from now.
 func SetRateHeaders(ctx *fasthttp.RequestCtx, st hotpath.RateState) {
 	var b [20]byte
 	h := &ctx.Response.Header
-	h.SetBytesV(headerRateLimit, appendInt(b[:0], int(st.Limit)))
-	h.SetBytesV(headerRateRemaining, appendInt(b[:0], int(st.Remaining)))
+	h.SetCanonical(rateLimitKey, appendInt(b[:0], int(st.Limit)))
+	h.SetCanonical(rateRemainingKey, appendInt(b[:0], int(st.Remaining)))
 	reset := st.ResetAt
 	if reset == 0 {
 		reset = time.Now().Add(hotpath.RateWindow).Unix()
 	}
-	h.SetBytesV(headerRateReset, appendInt(b[:0], int(reset)))
+	h.SetCanonical(rateResetKey, appendInt(b[:0], int(reset)))
 }
 
 // FillUsage fills the caller's side of a ledger row: who, when, which route.

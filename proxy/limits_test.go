@@ -11,6 +11,7 @@ import (
 
 	"github.com/bytedance/sonic"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 
 	"github.com/edgegw/gateway/hotpath"
 )
@@ -431,4 +432,20 @@ func TestSlotsAreReleasedWhenAHandlerPanics(t *testing.T) {
 	require.NoError(t, c.Usage(context.Background(), time.Now(),
 		[]hotpath.Budget{{Kind: hotpath.BudgetKeySpend, Subject: "key-1", Cap: 1000 * 1_000_000}}, st[:]))
 	require.Zero(t, st[0].Used, "the reservations were given back")
+}
+
+func TestRateHeadersAreSpelledAsTheSpecSays(t *testing.T) {
+	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(nil))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()))
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetMethod(fasthttp.MethodPost)
+	ctx.Request.SetRequestURI("/api/v1/chat")
+	ctx.Request.Header.Set("Authorization", "Bearer "+f.key)
+	ctx.Request.SetBodyString(smallChat)
+	f.handler(&ctx)
+	require.Equal(t, http.StatusOK, ctx.Response.StatusCode(), string(ctx.Response.Body()))
+	head := ctx.Response.Header.String()
+	for _, name := range []string{"X-RateLimit-Limit: 600\r\n", "X-RateLimit-Remaining: 599\r\n", "X-RateLimit-Reset: "} {
+		require.Contains(t, head, name)
+	}
 }
