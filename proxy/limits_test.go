@@ -3,9 +3,11 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -448,4 +450,24 @@ func TestRateHeadersAreSpelledAsTheSpecSays(t *testing.T) {
 	for _, name := range []string{"X-RateLimit-Limit: 600\r\n", "X-RateLimit-Remaining: 599\r\n", "X-RateLimit-Reset: "} {
 		require.Contains(t, head, name)
 	}
+}
+
+// TestCompleteStreamsReuseTheUpstreamConnection: a stream that ended with
+// [DONE] leaves its upstream connection in the pool, so the next stream
+// skips a dial; a stream the client left is closed upstream.
+func TestCompleteStreamsReuseTheUpstreamConnection(t *testing.T) {
+	var dials atomic.Int64
+	f := newChatFixture(t, func(o *fixtureOptions) {
+		o.upstream = func(c *UpstreamConfig) {
+			dial := c.Dial
+			c.Dial = func(addr string) (net.Conn, error) { dials.Add(1); return dial(addr) }
+		}
+	})
+	for range 5 {
+		r := f.post(t, "/api/v1/chat", `{"model":"mira","stream":true,"messages":[{"role":"user","content":"hi [[sim:tokens=3]]"}]}`)
+		require.Equal(t, http.StatusOK, r.status)
+		require.Contains(t, string(r.body), "[DONE]")
+	}
+	require.Eventually(t, func() bool { return f.chat.open.Load() == 0 }, 2*time.Second, time.Millisecond)
+	require.Equal(t, int64(1), dials.Load(), "five streams one after another share one upstream connection")
 }

@@ -61,23 +61,25 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 }
 
 // write runs the stream on the client connection c and frees everything the
-// stream held when it ends; closeConn closes c, which the server no longer
-// does.
-func (t *turn) write(c net.Conn, resp *fasthttp.Response, closeConn bool) {
+// stream held when it ends. owned says the stream owns c (the server kept
+// the connection for it): it then closes c itself — which ends the
+// client's response — before anything else, and afterwards reads what the
+// upstream sends after [DONE] so that its connection goes back to the pool
+// rather than being closed (the next stream then skips a dial).
+func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 	ch := t.ch
-	defer func() { ch.open.Add(-1); ch.streams.Done() }()
-	if closeConn {
-		defer c.Close()
-	}
+	complete := false
 	defer func() {
 		// The edge's recovery ended with the handler; a panic here must
 		// not take the process down, and must free everything.
 		if r := recover(); r != nil {
+			complete = false
 			ch.cfg.Log.Error("stream writer panicked", "request_id", string(t.requestID), "panic", fmt.Sprint(r),
 				"stack", string(debug.Stack()))
 		}
-		_ = resp.CloseBodyStream()
-		fasthttp.ReleaseResponse(resp)
+		if owned {
+			_ = c.Close()
+		}
 		t.admitted()
 		if sink := ch.cfg.Usage; sink != nil {
 			r := &t.usage
@@ -87,9 +89,35 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, closeConn bool) {
 		}
 		releaseTurn(t)
 		ch.gate.Release()
+		if complete && owned {
+			drainUpstream(resp.BodyStream())
+		}
+		_ = resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(resp)
+		ch.open.Add(-1)
+		ch.streams.Done()
 	}()
 	w := clientWriter{Conn: c, bound: t.up.cfg.StreamIdle}
-	t.pump(&w, resp)
+	complete = t.pump(&w, resp)
+}
+
+// drainUpstream reads the end of a complete upstream stream — the chunked
+// body's terminator after [DONE] — so that the connection is fully read and
+// can be reused. It gives up after a few KiB (the connection is then
+// closed, as it would have been); the upstream connection's idle bound
+// limits the wait.
+func drainUpstream(body io.Reader) {
+	if body == nil {
+		return
+	}
+	var buf [512]byte
+	for n := 0; n < 4096; {
+		k, err := body.Read(buf[:])
+		n += k
+		if err != nil {
+			return
+		}
+	}
 }
 
 // clientWriter writes frames to the client's socket. A client that stops
@@ -137,10 +165,11 @@ type streamState struct {
 }
 
 // pump copies the upstream stream to the client, rewriting every frame for
-// the wire, flushing per event. It returns when the stream completes, fails
-// or the client leaves; the caller closes the upstream body, which cancels
-// the upstream call when it has not finished.
-func (t *turn) pump(w io.Writer, resp *fasthttp.Response) {
+// the wire, flushing per event. It returns when the stream completes (true:
+// the upstream finished and the client has every frame), fails or the
+// client leaves; the caller closes the upstream body, which cancels the
+// upstream call when it has not finished.
+func (t *turn) pump(w io.Writer, resp *fasthttp.Response) (complete bool) {
 	began := time.Now()
 	defer func() { t.ch.m.streamDuration.Update(time.Since(began).Seconds()) }()
 
@@ -156,7 +185,7 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) {
 	}
 	if !t.flush(w) {
 		t.settleBill(nil, false, t.delivered)
-		return
+		return false
 	}
 	// The gateway's own share of opening the stream: everything until the
 	// primer went out, less the time spent waiting on the upstream.
@@ -178,7 +207,7 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) {
 				t.ch.m.clientGone.Inc()
 				t.usage.ErrorCode = codec.CodeClientClosedRequest.String()
 				t.settleBill(nil, false, t.delivered)
-				return
+				return false
 			}
 		}
 		if rerr != nil && !st.done && st.failure == nil {
@@ -195,7 +224,7 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) {
 	}
 	if st.failure != nil {
 		t.fail(w, st.failure)
-		return
+		return false
 	}
 	if st.finish == "" {
 		st.finish = finishReason(nil, st.sawTools)
@@ -221,7 +250,7 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) {
 		}
 		t.out = codec.AppendDone(t.out)
 	}
-	t.flush(w)
+	return t.flush(w)
 }
 
 // drain turns every complete upstream event into client frames. It returns
