@@ -28,9 +28,15 @@ type UpstreamConfig struct {
 	// Reasons tells whether the model produces a reasoning trace and takes
 	// reasoning_effort.
 	Reasons bool
-	// MaxConns bounds connections to the provider. A stream holds one for
-	// its whole life, so the default is high: 65536.
+	// MaxConns bounds streaming connections to the provider. A stream
+	// holds one for its whole life, so the default is high: 65536.
 	MaxConns int
+	// MaxPlainConns bounds the connections non-streaming requests share.
+	// Past it a request waits up to a second for one and is then answered
+	// upstream_overloaded: an upstream slower than the offered load must
+	// not make the gateway open connections (and descriptors) without
+	// bound. Default 1024, never more than MaxConns.
+	MaxPlainConns int
 	// StreamIdle bounds the silence between two reads of a stream before it
 	// is treated as stalled. Default 60s.
 	StreamIdle time.Duration
@@ -63,6 +69,9 @@ func (c *UpstreamConfig) Validate() error {
 	if c.MaxConns == 0 {
 		c.MaxConns = 65536
 	}
+	if c.MaxPlainConns == 0 {
+		c.MaxPlainConns = min(1024, c.MaxConns)
+	}
 	if c.StreamIdle == 0 {
 		c.StreamIdle = 60 * time.Second
 	}
@@ -81,7 +90,7 @@ func (c *UpstreamConfig) Validate() error {
 	if c.MaxRetryWait == 0 {
 		c.MaxRetryWait = 2 * time.Second
 	}
-	if c.MaxConns < 0 || c.StreamIdle < 0 || c.StreamMax < 0 || c.Backoff < 0 || c.MaxRetryWait < 0 {
+	if c.MaxConns < 0 || c.MaxPlainConns < 0 || c.StreamIdle < 0 || c.StreamMax < 0 || c.Backoff < 0 || c.MaxRetryWait < 0 {
 		return errors.New("upstream limits must not be negative")
 	}
 	return nil
@@ -134,11 +143,11 @@ func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breake
 		d := &fasthttp.TCPDialer{Concurrency: 0}
 		dial = func(a string) (net.Conn, error) { return d.DialTimeout(a, 5*time.Second) }
 	}
-	newClient := func(idle time.Duration) *fasthttp.HostClient {
+	newClient := func(idle time.Duration, maxConns int) *fasthttp.HostClient {
 		hc := &fasthttp.HostClient{
 			Addr:               addr,
 			IsTLS:              isTLS,
-			MaxConns:           cfg.MaxConns,
+			MaxConns:           maxConns,
 			MaxConnWaitTimeout: time.Second, // at the cap, wait briefly for a free connection
 			// Small socket buffers: a stream holds its connection for
 			// minutes, and SSE frames and chat heads are small.
@@ -162,8 +171,8 @@ func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breake
 		}
 		return hc
 	}
-	up.plain = newClient(0)
-	up.stream = newClient(cfg.StreamIdle)
+	up.plain = newClient(0, cfg.MaxPlainConns)
+	up.stream = newClient(cfg.StreamIdle, cfg.MaxConns)
 	return up, nil
 }
 

@@ -338,8 +338,12 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		a.shutdown()
 		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Addr, err)
 	}
+	// Running out of descriptors under overload pauses accepting; it must
+	// never end it.
+	accept := proxy.KeepAccepting(a.ln, log)
+	set.NewGauge(`gateway_accept_retries_total`, func() float64 { return float64(accept.Retries.Load()) })
 	go func() {
-		if err := a.server.Serve(a.ln); err != nil {
+		if err := a.server.Serve(accept); err != nil {
 			log.Error("api listener stopped", "err", err)
 		}
 	}()
