@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
@@ -192,4 +193,46 @@ func TestFleetSharesWindows(t *testing.T) {
 	require.Equal(t, "rate_limited", r.body["code"])
 	require.NotEmpty(t, r.header.Get("Retry-After"))
 	require.Equal(t, 429, a.call(t, "GET", "/api/v1/limits", tn.key, nil).status, "reading limits is rate-limited too")
+}
+
+// TestSpentPoolsShowAndRefuse spends a subscription's pools and its mira
+// allowance through the counters enforcement reads, and checks what the
+// limits route shows and what chat answers at each step.
+func TestSpentPoolsShowAndRefuse(t *testing.T) {
+	plans := writePlans(t, "plans:\n  default:\n    pool_monthly_tokens: 1000000\n    mira_monthly_requests: 1\n")
+	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = plans })
+	org := admin(t, ta.dbURL, "org", "create", "--name", "Sub")
+	user := admin(t, ta.dbURL, "user", "create", "--email", "sub@example.com", "--org", org["id"].(string))
+	key := admin(t, ta.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--kind", "signed_in")
+	token, orgID := key["access_token"].(string), org["id"].(string)
+
+	var res hotpath.Reservation
+	refused, err := ta.limits.Counters().Reserve(context.Background(), time.Now(),
+		[]hotpath.Budget{{Kind: hotpath.BudgetPoolMonthly, Subject: orgID, Cap: 1_000_000}}, []int64{1_000_000}, &res)
+	require.NoError(t, err)
+	require.Equal(t, -1, refused)
+
+	pool := ta.call(t, "GET", "/api/v1/limits", token, nil).body["token_pool"].(map[string]any)
+	require.Equal(t, "blocked", pool["state"])
+	require.Equal(t, "blocked", pool["monthly"].(map[string]any)["state"])
+	require.Equal(t, float64(0), pool["monthly"].(map[string]any)["remaining"])
+	require.Equal(t, []any{"kavi", "vaani"}, pool["blocked_models"])
+
+	r := ta.call(t, "POST", "/api/v1/chat", token, map[string]any{"model": "kavi", "max_tokens": 8,
+		"messages": []map[string]any{{"role": "user", "content": "hi"}}})
+	require.Equal(t, 429, r.status, "%s", r.raw)
+	require.Equal(t, "budget_exhausted", r.body["code"])
+	require.Equal(t, true, r.body["mira_available"])
+	require.Equal(t, nextMonthRFC3339(), r.body["reset_at"])
+
+	// mira has its own allowance: one request, then it is spent too.
+	r = ta.call(t, "POST", "/api/v1/chat", token, chatBody("hi"))
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	r = ta.call(t, "POST", "/api/v1/chat", token, chatBody("hi again"))
+	require.Equal(t, 429, r.status)
+	require.Equal(t, "budget_exhausted", r.body["code"])
+	require.Equal(t, false, r.body["mira_available"])
+	pool = ta.call(t, "GET", "/api/v1/limits", token, nil).body["token_pool"].(map[string]any)
+	require.Equal(t, []any{"kavi", "vaani", "mira"}, pool["blocked_models"])
+	require.Equal(t, "blocked", pool["mira"].(map[string]any)["state"])
 }
