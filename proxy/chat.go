@@ -169,7 +169,10 @@ type turn struct {
 	start     time.Time
 	upstream  time.Duration
 	out       []byte
-	delivered []byte // raw content delivered so far, for local counting
+	delivered []byte // raw content delivered and not yet counted
+	// deliveredTokens counts the delivered text already folded out of
+	// delivered (see deliver).
+	deliveredTokens int64
 
 	// The request's shape, worked out once: an upper bound on its prompt
 	// tokens, whether it carries images, and the last exact count with the

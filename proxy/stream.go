@@ -279,7 +279,7 @@ func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *
 		}
 		t.out = t.out[:0]
 		if len(chunk.Reasoning) > 2 {
-			t.delivered = append(t.delivered, chunk.Reasoning...)
+			t.deliver(chunk.Reasoning)
 			// v2 orders reasoning before the answer; a trace fragment an
 			// upstream sends after answer text has begun is billed, not shown.
 			if t.wire == ChatV2 && t.reasons() && st.deltas == 0 {
@@ -288,7 +288,7 @@ func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *
 		}
 		if len(chunk.Content) > 2 {
 			st.deltas++
-			t.delivered = append(t.delivered, chunk.Content...)
+			t.deliver(chunk.Content)
 			if t.wire == ChatV2 {
 				t.out = codec.AppendV2Content(t.out, chunk.Content)
 			} else {
@@ -321,6 +321,24 @@ func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *
 			}
 		}
 	}
+}
+
+// deliveredFold is how much delivered text a stream keeps uncounted: a long
+// reply costs a bounded buffer rather than its whole text.
+const deliveredFold = 1024
+
+// deliver keeps a delivered fragment (a JSON string literal) for counting,
+// should the upstream's usage never arrive. Once the kept text passes
+// deliveredFold, a fragment that begins with a space starts a new word,
+// which every tokenizer the gateway counts with treats as a token boundary:
+// the text before it is counted and dropped, and the sum of the counts is
+// the count of the whole text.
+func (t *turn) deliver(frag []byte) {
+	if len(t.delivered) >= deliveredFold && len(frag) > 2 && frag[1] == ' ' {
+		t.deliveredTokens += int64(countLiterals(t.delivered))
+		t.delivered = t.delivered[:0]
+	}
+	t.delivered = append(t.delivered, frag...)
 }
 
 // fail ends a stream that broke after it opened, the way each wire says:
