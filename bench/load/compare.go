@@ -16,8 +16,9 @@ const DefaultRound = 2 * time.Second
 // the measured duration is split into rounds (Options.Round, default 2 s),
 // and each round runs every target in turn for the round's length, the
 // order rotating by one each round. A target's rounds are merged into one
-// result. MaxRequests, when set, is shared out among the rounds. Results
-// are in the order of targets. When ctx ends early, Compare returns what
+// result. MaxRequests, when set, is shared out among the rounds. The
+// targets whose memory is sampled are sampled for sc.Cooldown more after
+// the last round, together. Results are in the order of targets. When ctx ends early, Compare returns what
 // was measured so far together with ctx's error.
 func Compare(ctx context.Context, sc *Scenario, targets []Target, opt Options) ([]*Result, error) {
 	if len(targets) == 0 {
@@ -55,16 +56,16 @@ func Compare(ctx context.Context, sc *Scenario, targets []Target, opt Options) (
 	started := time.Now()
 	pr := startProgress(opt.Progress, started)
 	results := make([]*Result, len(targets))
-	stops := make([]func(), len(targets))
+	samplers := make([]*rssSampler, len(targets))
 	for i, r := range runners {
 		results[i] = newResult(c, targets[i])
 		results[i].Started = started
 		results[i].Rounds = rounds
-		stops[i] = r.sampleRSS(results[i])
+		samplers[i] = r.sampleRSS(results[i])
 	}
 	defer func() {
-		for _, stop := range stops {
-			stop()
+		for _, s := range samplers {
+			s.stop()
 		}
 	}()
 
@@ -88,6 +89,12 @@ func Compare(ctx context.Context, sc *Scenario, targets []Target, opt Options) (
 		}
 	}
 	pr.stop()
+	// The cooldown runs after the last round, for every sampled target at
+	// once: none of them is sent anything any more.
+	for _, r := range runners {
+		r.close()
+	}
+	coolDown(ctx, c.Cooldown, opt.Progress, samplers...)
 	for _, res := range results {
 		res.finish()
 	}

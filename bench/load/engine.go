@@ -70,9 +70,11 @@ var ErrNotLoopback = errors.New("target host is not a loopback address")
 // recorded, then the measured window, which ends after sc.Duration or
 // sc.MaxRequests measured requests, whichever comes first. Requests still
 // in flight then are waited for up to sc.Timeout and then abandoned, as
-// errors with code harness_timeout. When ctx ends first, in-flight requests
-// are abandoned at once, and Run returns what was measured so far together
-// with ctx's error.
+// errors with code harness_timeout. When the target's memory is sampled,
+// the sampling goes on for sc.Cooldown after that, with nothing sent. When
+// ctx ends first, in-flight requests are abandoned at once, the cooldown
+// is cut short, and Run returns what was measured so far together with
+// ctx's error.
 func Run(ctx context.Context, sc *Scenario, t Target, opt Options) (*Result, error) {
 	r, err := newRunner(ctx, sc, t, opt)
 	if err != nil {
@@ -82,10 +84,12 @@ func Run(ctx context.Context, sc *Scenario, t Target, opt Options) (*Result, err
 	res := newResult(r.sc, t)
 	res.Started = time.Now()
 	pr := startProgress(opt.Progress, res.Started)
-	stopRSS := r.sampleRSS(res)
+	rss := r.sampleRSS(res)
+	defer rss.stop()
 	r.phase(ctx, res, pr, r.sc.warmup(), r.sc.Duration, int64(r.sc.MaxRequests))
-	stopRSS()
 	pr.stop()
+	r.close()
+	coolDown(ctx, r.sc.Cooldown, opt.Progress, rss)
 	res.finish()
 	return res, ctx.Err()
 }

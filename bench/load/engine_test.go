@@ -3,6 +3,7 @@ package load
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -326,6 +327,7 @@ func TestProgressAndRSS(t *testing.T) {
 	require.GreaterOrEqual(t, len(res.RSS), 5)
 	for _, s := range res.RSS {
 		require.Positive(t, s.Bytes)
+		require.False(t, s.After, "no cooldown: every sample is under load")
 	}
 
 	rss, err := RSS(os.Getpid())
@@ -334,3 +336,101 @@ func TestProgressAndRSS(t *testing.T) {
 	_, err = RSS(1 << 30)
 	require.Error(t, err)
 }
+
+// requireCooldown checks that samples are in time order, under load first
+// and then at least two after it (one when the load ends, one when the
+// cooldown does), the last no earlier than the load's end plus the
+// cooldown.
+func requireCooldown(t *testing.T, samples []RSSSample, loadEnd, cooldown time.Duration) {
+	t.Helper()
+	var load, after []RSSSample
+	for i, s := range samples {
+		require.Positive(t, s.Bytes)
+		if i > 0 {
+			require.GreaterOrEqual(t, s.At, samples[i-1].At, "in time order")
+			require.False(t, samples[i-1].After && !s.After, "no load sample after an after-load one")
+		}
+		if s.After {
+			after = append(after, s)
+		} else {
+			load = append(load, s)
+		}
+	}
+	require.NotEmpty(t, load)
+	require.GreaterOrEqual(t, len(after), 2)
+	require.GreaterOrEqual(t, after[0].At, loadEnd, "after-load samples start when the load has ended")
+	require.GreaterOrEqual(t, after[len(after)-1].At, loadEnd+cooldown, "and go on for the whole cooldown")
+}
+
+func TestCooldownSamplesAfterTheLoad(t *testing.T) {
+	base := startSim(t)
+	sc := quick(t, Scenario{
+		Wires: map[Wire]float64{WireUpstream: 1}, Concurrency: 2, Duration: 500 * time.Millisecond,
+		SampleRSS: 100 * time.Millisecond, Cooldown: 300 * time.Millisecond,
+	})
+	var out bytes.Buffer
+	res, err := Run(context.Background(), sc, Target{Name: "direct", BaseURL: base, PID: os.Getpid()}, Options{Progress: &out})
+	require.NoError(t, err)
+	require.Positive(t, res.Completed)
+	require.Equal(t, sc.Duration, res.Elapsed, "the cooldown is not part of the measured window")
+	requireCooldown(t, res.RSS, sc.Duration, sc.Cooldown)
+	require.Contains(t, out.String(), "cooldown: sampling resident memory for 300ms")
+
+	raw, err := json.Marshal(res.RSS[len(res.RSS)-1])
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"after_load":true`)
+
+	t.Run("nothing sampled, no cooldown", func(t *testing.T) {
+		long := *sc
+		long.Cooldown = time.Hour
+		res, err := Run(context.Background(), &long, Target{Name: "direct", BaseURL: base}, Options{})
+		require.NoError(t, err, "no pid: the hour is not waited for")
+		require.Empty(t, res.RSS)
+	})
+	t.Run("cut short by the context", func(t *testing.T) {
+		long := *sc
+		long.Duration, long.Cooldown = 200*time.Millisecond, time.Hour
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		// Cancelled as the cooldown starts.
+		progress := writerFunc(func(p []byte) (int, error) {
+			if bytes.HasPrefix(p, []byte("cooldown:")) {
+				cancel()
+			}
+			return len(p), nil
+		})
+		res, err := Run(ctx, &long, Target{Name: "direct", BaseURL: base, PID: os.Getpid()}, Options{Progress: progress})
+		require.ErrorIs(t, err, context.Canceled)
+		require.NotEmpty(t, res.RSS)
+		require.True(t, res.RSS[len(res.RSS)-1].After, "cut during the cooldown")
+	})
+}
+
+func TestCompareCooldown(t *testing.T) {
+	base := startSim(t)
+	sc := quick(t, Scenario{
+		Wires: map[Wire]float64{WireUpstream: 1}, Concurrency: 2, Duration: 400 * time.Millisecond,
+		SampleRSS: 100 * time.Millisecond, Cooldown: 300 * time.Millisecond,
+	})
+	results, err := Compare(context.Background(), sc, []Target{
+		{Name: "direct", BaseURL: base, Wire: WireUpstream},
+		{Name: "gateway", BaseURL: base, Wire: WireUpstream, PID: os.Getpid()},
+	}, Options{Round: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.Empty(t, results[0].RSS, "no pid, no samples")
+	// Both targets' rounds come before the cooldown.
+	requireCooldown(t, results[1].RSS, 2*sc.Duration, sc.Cooldown)
+
+	// One target alone is a comparison too.
+	results, err = Compare(context.Background(), sc, []Target{
+		{Name: "gateway", BaseURL: base, Wire: WireUpstream, PID: os.Getpid()},
+	}, Options{Round: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, results, 1)
+	require.Positive(t, results[0].Completed)
+	requireCooldown(t, results[0].RSS, sc.Duration, sc.Cooldown)
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -230,6 +230,9 @@ func (s *Scenario) Validate() error {
 	if s.SampleRSS < 0 {
 		return bad("sample_rss", "must not be negative")
 	}
+	if s.Cooldown < 0 {
+		return bad("cooldown", "must not be negative")
+	}
 	return nil
 }
 

@@ -47,6 +47,7 @@ func TestShippedScenariosValidate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10*time.Second, sc.SampleRSS)
 	require.Equal(t, time.Hour, sc.Duration)
+	require.Equal(t, 3*time.Minute, sc.Cooldown)
 
 	sc, err = LoadScenario("chat-stream-256tok")
 	require.NoError(t, err)
@@ -123,6 +124,7 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"negative duration", Scenario{Duration: -time.Second}, "duration"},
 		{"negative timeout", Scenario{Timeout: -time.Second}, "timeout"},
 		{"negative rss", Scenario{SampleRSS: -time.Second}, "sample_rss"},
+		{"negative cooldown", Scenario{Cooldown: -time.Second}, "cooldown"},
 		{"unknown directive", Scenario{Faults: map[string]float64{"explode=1": 1}}, "faults"},
 		{"broken marker", Scenario{Faults: map[string]float64{"[[sim:fault=reset": 1}}, "faults"},
 		{"negative max_in_flight", Scenario{MaxInFlight: -1}, "max_in_flight"},

@@ -80,6 +80,11 @@ type Scenario struct {
 	// SampleRSS samples the gateway's resident memory (by pid or URL of
 	// its /metrics) every interval, for soak runs.
 	SampleRSS time.Duration `yaml:"sample_rss"`
+	// Cooldown keeps sampling resident memory this long after the load
+	// has ended (its in-flight requests done or abandoned), with nothing
+	// sent: memory must come back down, not just stop climbing. It only
+	// applies where memory is sampled.
+	Cooldown time.Duration `yaml:"cooldown"`
 }
 
 // Target is one base URL to load: the upstream directly or a proxy in
@@ -143,6 +148,9 @@ type Result struct {
 type RSSSample struct {
 	At    time.Duration `json:"at_ns"` // since the run started
 	Bytes int64         `json:"bytes"`
+	// After is set on the samples of the cooldown: taken after the load
+	// ended, with nothing sent.
+	After bool `json:"after_load"`
 }
 
 // Percentiles are the ones every report shows.

@@ -115,15 +115,76 @@ func (o *overheadDoc) setMetric(name string, v map[string]int64) {
 	}
 }
 
-// rssDoc summarises resident memory samples, in bytes.
+// rssDoc summarises resident memory samples, in bytes. Start, peak and end
+// are of the samples taken under load; after is the last one taken after
+// it (the scenario's cooldown), when there are any.
 type rssDoc struct {
-	Samples int   `json:"samples"`
+	Samples int   `json:"samples"` // all of them, after-load ones included
 	Start   int64 `json:"start_bytes"`
 	Peak    int64 `json:"peak_bytes"`
 	PeakAt  int64 `json:"peak_at_ns"`
 	End     int64 `json:"end_bytes"`
 	// PerStream is (peak − start) / concurrency, when concurrency is known.
 	PerStream int64 `json:"per_stream_bytes,omitempty"`
+
+	AfterSamples int   `json:"after_samples,omitempty"`
+	After        int64 `json:"after_bytes,omitempty"`
+	// AfterFor is how long after the load's end the last sample was taken.
+	AfterFor int64 `json:"after_for_ns,omitempty"`
+
+	LevelsOff     *plateauDoc  `json:"levels_off"`
+	ComesBackDown *recoveryDoc `json:"comes_back_down"`
+}
+
+// Verdicts of the memory checks.
+const (
+	verdictPass      = "pass"
+	verdictFail      = "fail"
+	verdictNotJudged = "not judged"
+)
+
+// What the memory checks allow. Both are meant to be explained in a
+// sentence and loose on purpose: Go's heap grows in steps and goes back
+// to the OS gradually, so only a steady climb, or memory that stays up
+// once the load is gone, should fail.
+const (
+	// rssMinLoadSamples is how many samples under load either check
+	// needs: halves of fewer say nothing.
+	rssMinLoadSamples = 8
+	// rssSkipFraction of the samples under load, the first ones, are left
+	// out of the plateau check: memory grows while pools and caches fill.
+	rssSkipFraction = 0.10
+	// rssPlateauGrowth is how much higher than the first half's peak, as a
+	// fraction of it, the second half's peak may be and still level off.
+	rssPlateauGrowth = 0.10
+	// rssReturnFraction: after the load, memory must be back below start
+	// plus this fraction of what the load added (peak − start).
+	rssReturnFraction = 0.5
+	// rssSlack is the least growth either check allows: a few MiB of
+	// allocator and runtime noise is no leak.
+	rssSlack = 8 << 20
+)
+
+// plateauDoc is the "levels off" check: the samples under load, past the
+// first tenth, are split into halves in time; memory levels off when the
+// second half's peak is at most Limit, the first half's peak plus 10% of
+// it or 8 MiB, whichever is more.
+type plateauDoc struct {
+	Verdict        string `json:"verdict"` // pass, fail or not judged
+	FirstHalfPeak  int64  `json:"first_half_peak_bytes,omitempty"`
+	SecondHalfPeak int64  `json:"second_half_peak_bytes,omitempty"`
+	Limit          int64  `json:"limit_bytes,omitempty"`
+	Note           string `json:"note,omitempty"` // why it was not judged
+}
+
+// recoveryDoc is the "comes back down" check: the last sample after the
+// load must be at most Limit, start plus half of peak − start or 8 MiB,
+// whichever is more.
+type recoveryDoc struct {
+	Verdict string `json:"verdict"` // pass, fail or not judged
+	After   int64  `json:"after_bytes,omitempty"`
+	Limit   int64  `json:"limit_bytes,omitempty"`
+	Note    string `json:"note,omitempty"` // why it was not judged
 }
 
 type frontierDoc struct {
@@ -177,12 +238,25 @@ func summarizeRSS(samples []load.RSSSample, concurrency int) *rssDoc {
 	if len(samples) == 0 {
 		return nil
 	}
-	d := &rssDoc{
-		Samples: len(samples),
-		Start:   samples[0].Bytes,
-		End:     samples[len(samples)-1].Bytes,
-	}
+	var under, after []load.RSSSample
 	for _, s := range samples {
+		if s.After {
+			after = append(after, s)
+		} else {
+			under = append(under, s)
+		}
+	}
+	base := under
+	if len(base) == 0 {
+		base = samples // only after-load samples: describe those
+	}
+	d := &rssDoc{
+		Samples:      len(samples),
+		Start:        base[0].Bytes,
+		End:          base[len(base)-1].Bytes,
+		AfterSamples: len(after),
+	}
+	for _, s := range base {
 		if s.Bytes > d.Peak {
 			d.Peak, d.PeakAt = s.Bytes, int64(s.At)
 		}
@@ -190,7 +264,58 @@ func summarizeRSS(samples []load.RSSSample, concurrency int) *rssDoc {
 	if concurrency > 0 {
 		d.PerStream = (d.Peak - d.Start) / int64(concurrency)
 	}
+	if len(after) > 0 {
+		last := after[len(after)-1]
+		d.After = last.Bytes
+		d.AfterFor = int64(last.At - after[0].At)
+	}
+	d.LevelsOff = levelsOff(under)
+	d.ComesBackDown = comesBackDown(len(under), d.Start, d.Peak, d.After, len(after))
 	return d
+}
+
+// levelsOff judges whether memory under load stops climbing (plateauDoc).
+func levelsOff(under []load.RSSSample) *plateauDoc {
+	if len(under) < rssMinLoadSamples {
+		return &plateauDoc{Verdict: verdictNotJudged,
+			Note: fmt.Sprintf("%d samples under load, %d needed", len(under), rssMinLoadSamples)}
+	}
+	rest := under[int(float64(len(under))*rssSkipFraction):]
+	first, second := rest[:len(rest)/2], rest[len(rest)/2:]
+	d := &plateauDoc{FirstHalfPeak: peakBytes(first), SecondHalfPeak: peakBytes(second)}
+	d.Limit = d.FirstHalfPeak + max(int64(float64(d.FirstHalfPeak)*rssPlateauGrowth), rssSlack)
+	d.Verdict = verdictFail
+	if d.SecondHalfPeak <= d.Limit {
+		d.Verdict = verdictPass
+	}
+	return d
+}
+
+// comesBackDown judges whether memory falls back once the load is gone
+// (recoveryDoc): after is the last of the afterN samples after the load.
+func comesBackDown(underN int, start, peak, after int64, afterN int) *recoveryDoc {
+	switch {
+	case underN < rssMinLoadSamples:
+		return &recoveryDoc{Verdict: verdictNotJudged,
+			Note: fmt.Sprintf("%d samples under load, %d needed", underN, rssMinLoadSamples)}
+	case afterN == 0:
+		return &recoveryDoc{Verdict: verdictNotJudged, Note: "no samples after the load (the scenario has no cooldown)"}
+	}
+	d := &recoveryDoc{After: after}
+	d.Limit = start + max(int64(float64(peak-start)*rssReturnFraction), rssSlack)
+	d.Verdict = verdictFail
+	if d.After <= d.Limit {
+		d.Verdict = verdictPass
+	}
+	return d
+}
+
+func peakBytes(samples []load.RSSSample) int64 {
+	var p int64
+	for _, s := range samples {
+		p = max(p, s.Bytes)
+	}
+	return p
 }
 
 // newDocument summarises c, which check has accepted.
@@ -222,6 +347,7 @@ func newDocument(c *Comparison) *document {
 	}
 	base := d.Targets[0]
 	d.Baseline = base.Name
+	d.Overheads = []*overheadDoc{} // a lone target has none: [] rather than null
 	for _, t := range d.Targets[1:] {
 		o := &overheadDoc{Target: t.Name, Baseline: base.Name}
 		if base.Throughput > 0 {

@@ -17,7 +17,8 @@ figure svg{max-width:100%;height:auto;border:1px solid #e3e3e3;border-radius:4px
 `
 
 // WriteHTML writes one self-contained HTML page: the plots of every metric
-// some target recorded, inline, and the text summary in a <pre>. It loads
+// some target recorded and of resident memory when it was sampled, inline,
+// and the text summary in a <pre>. It loads
 // nothing from elsewhere.
 func WriteHTML(w io.Writer, c *Comparison) error {
 	if err := check(c); err != nil {
@@ -38,7 +39,10 @@ func WriteHTML(w io.Writer, c *Comparison) error {
 	for _, r := range c.Results {
 		meta = append(meta, targetName(r, len(meta)))
 	}
-	line := "targets: " + strings.Join(meta, ", ") + " (baseline " + meta[0] + ")"
+	line := "target: " + meta[0]
+	if len(meta) > 1 {
+		line = "targets: " + strings.Join(meta, ", ") + " (baseline " + meta[0] + ")"
+	}
 	if c.Machine != "" {
 		line += " · " + c.Machine
 	}
@@ -53,6 +57,11 @@ func WriteHTML(w io.Writer, c *Comparison) error {
 		}
 		fmt.Fprintf(&b, "<figure id=\"%s\">\n", m.name)
 		renderSVG(&b, c, m)
+		b.WriteString("</figure>\n")
+	}
+	if hasRSS(c) {
+		fmt.Fprintf(&b, "<figure id=\"%s\">\n", MetricMemory)
+		renderMemorySVG(&b, c)
 		b.WriteString("</figure>\n")
 	}
 	b.WriteString("<h2>Summary</h2>\n<pre>")

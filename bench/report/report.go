@@ -1,12 +1,14 @@
 // Package report renders one scenario run against several targets (the
 // upstream directly, the gateway, the reference proxy, others) for people
 // and for programs: aligned text tables, a JSON document, SVG plots of
-// latency percentile curves, and one HTML page holding them all.
+// latency percentile curves and of resident memory over time, and one HTML
+// page holding them all.
 //
 // Every figure is in microseconds, as the load harness's histograms hold
 // them. The first result is the baseline, and every other target is also
 // shown as its overhead over it: target minus baseline at each percentile,
-// and its throughput as a ratio of the baseline's.
+// and its throughput as a ratio of the baseline's. A single result (the
+// gateway alone, for a soak) is reported without overheads.
 package report
 
 import (
@@ -71,6 +73,8 @@ const (
 	MetricTTFB       = "ttfb"
 	MetricTTFT       = "ttft"
 	MetricInterFrame = "interframe"
+	// MetricMemory is the resident memory plot, for runs that sampled it.
+	MetricMemory = "memory"
 )
 
 // metric is one histogram of a result.
@@ -149,7 +153,8 @@ func finite(f float64) float64 {
 
 // WriteAll writes summary.txt, report.json, report.html and latency.svg
 // into dir, creating it, plus ttfb.svg, ttft.svg and interframe.svg for the
-// metrics some target recorded, and returns the paths written.
+// metrics some target recorded and memory.svg when some target's memory
+// was sampled, and returns the paths written.
 func WriteAll(dir string, c *Comparison) (paths []string, err error) {
 	if err := check(c); err != nil {
 		return nil, err
@@ -170,6 +175,9 @@ func WriteAll(dir string, c *Comparison) (paths []string, err error) {
 		if m.name == MetricLatency || m.hasData(c) {
 			files = append(files, file{m.name + ".svg", func(b *bytes.Buffer) error { return WriteSVG(b, c, m.name) }})
 		}
+	}
+	if hasRSS(c) {
+		files = append(files, file{MetricMemory + ".svg", func(b *bytes.Buffer) error { return WriteSVG(b, c, MetricMemory) }})
 	}
 	var buf bytes.Buffer
 	for _, f := range files {

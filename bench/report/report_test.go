@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -526,9 +527,11 @@ func TestWriteHTML(t *testing.T) {
 	require.NoError(t, WriteHTML(&b, c))
 	page := b.String()
 	require.True(t, strings.HasPrefix(page, "<!DOCTYPE html>"))
-	require.Equal(t, 2, strings.Count(page, "<svg "), "latency and ttfb; nothing else was recorded")
+	require.Equal(t, 3, strings.Count(page, "<svg "), "latency, ttfb and memory; nothing else was recorded")
 	require.Contains(t, page, `<figure id="latency">`)
 	require.Contains(t, page, `<figure id="ttfb">`)
+	require.Contains(t, page, `<figure id="memory">`)
+	require.Contains(t, page, "targets: direct, gateway, refproxy (baseline direct)")
 	require.NotContains(t, page, `id="ttft"`)
 	require.NotContains(t, page, "<?xml", "inline SVG has no XML declaration")
 	require.NotContains(t, page, "src=")
@@ -543,11 +546,11 @@ func TestWriteHTML(t *testing.T) {
 
 	// Each inline SVG is well-formed on its own.
 	rest := page
-	for range 2 {
+	for _, want := range [][]string{{"direct", "gateway", "refproxy"}, {"direct", "gateway", "refproxy"}, {"gateway"}} {
 		start := strings.Index(rest, "<svg ")
 		end := strings.Index(rest, "</svg>") + len("</svg>")
 		d := parseSVG(t, []byte(rest[start:end]))
-		require.Len(t, d.polylines, 3)
+		require.ElementsMatch(t, want, d.polylines)
 		rest = rest[end:]
 	}
 }
@@ -564,7 +567,7 @@ func TestWriteAll(t *testing.T) {
 		require.NoError(t, err)
 		require.Positive(t, st.Size())
 	}
-	require.Equal(t, []string{"summary.txt", "report.json", "report.html", "latency.svg", "ttfb.svg"}, names)
+	require.Equal(t, []string{"summary.txt", "report.json", "report.html", "latency.svg", "ttfb.svg", "memory.svg"}, names)
 }
 
 // sampleComparison is a streamed chat run as the harness would record it:
@@ -604,8 +607,15 @@ func sampleComparison(t testing.TB) *Comparison {
 	gateway.Errors, gateway.Requests = 4, 5004
 	gateway.ByStatus[503] = 4
 	gateway.ByCode = map[string]int64{"upstream_unavailable": 4}
+	// Memory fills for the first tenth of the run, then saws up and down
+	// under the load, and falls back after it.
 	for i := range 120 {
-		gateway.RSS = append(gateway.RSS, load.RSSSample{At: time.Duration(i) * 500 * time.Millisecond, Bytes: 48<<20 + int64(i%40)<<18})
+		b := 48<<20 + int64(min(i, 12))<<20 + int64(i%20)<<18
+		gateway.RSS = append(gateway.RSS, load.RSSSample{At: time.Duration(i) * 500 * time.Millisecond, Bytes: b})
+	}
+	for i := range 20 {
+		b := 52<<20 + int64(20-i)<<19
+		gateway.RSS = append(gateway.RSS, load.RSSSample{At: time.Duration(120+i) * 500 * time.Millisecond, Bytes: b, After: true})
 	}
 	return &Comparison{
 		Scenario: "stream-64", Machine: "2 vCPU, linux/amd64, go1.26", Command: "gwbench compare stream-64.yaml",
@@ -631,7 +641,7 @@ func TestSampleReport(t *testing.T) {
 	c := sampleComparison(t)
 	paths, err := WriteAll(dir, c)
 	require.NoError(t, err)
-	require.Len(t, paths, 7, "summary, JSON, HTML and four plots")
+	require.Len(t, paths, 8, "summary, JSON, HTML, four percentile plots and memory")
 	for _, p := range paths {
 		if filepath.Ext(p) != ".svg" {
 			continue
@@ -639,9 +649,239 @@ func TestSampleReport(t *testing.T) {
 		data, err := os.ReadFile(p)
 		require.NoError(t, err)
 		d := parseSVG(t, data)
+		if filepath.Base(p) == "memory.svg" {
+			require.Equal(t, []string{"gateway"}, d.polylines)
+			continue
+		}
 		require.Len(t, d.polylines, 3, p)
 	}
 	summary, err := os.ReadFile(filepath.Join(dir, "summary.txt"))
 	require.NoError(t, err)
 	t.Log("\n" + string(summary))
+}
+
+// rssSeries returns samples every 10 s, one per value (MiB), the first
+// under load ones under load and the rest after it.
+func rssSeries(under int, mibs ...float64) []load.RSSSample {
+	out := make([]load.RSSSample, len(mibs))
+	for i, m := range mibs {
+		out[i] = load.RSSSample{At: time.Duration(i) * 10 * time.Second, Bytes: int64(m * (1 << 20)), After: i >= under}
+	}
+	return out
+}
+
+// flat returns n copies of v.
+func flat(n int, v float64) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+func TestRSSVerdicts(t *testing.T) {
+	const MiB = 1 << 20
+	// 20 samples under load: 2 are the skipped tenth, then halves of 9.
+	fills := []float64{40, 70}
+	t.Run("plateau levels off", func(t *testing.T) {
+		v := append(slices.Clone(fills), 90, 100, 95, 98, 100, 97, 99, 96, 100)
+		v = append(v, 104, 98, 101, 99, 103, 100, 97, 102, 99) // peak 104 ≤ 100 + 10
+		d := summarizeRSS(rssSeries(len(v), v...), 0)
+		require.Equal(t, &plateauDoc{Verdict: verdictPass, FirstHalfPeak: 100 * MiB, SecondHalfPeak: 104 * MiB, Limit: 110 * MiB}, d.LevelsOff)
+		require.Equal(t, verdictNotJudged, d.ComesBackDown.Verdict, "no cooldown")
+		require.Contains(t, d.ComesBackDown.Note, "no samples after the load")
+		require.Equal(t, int64(40*MiB), d.Start)
+		require.Equal(t, int64(104*MiB), d.Peak)
+		require.Equal(t, int64(99*MiB), d.End)
+	})
+	t.Run("steady climb does not", func(t *testing.T) {
+		var v []float64
+		for i := range 20 {
+			v = append(v, 40+float64(i)*4) // 4 MiB more every sample
+		}
+		d := summarizeRSS(rssSeries(len(v), v...), 0)
+		// Skipped: 40, 44. First half 48..80, second 84..116.
+		require.Equal(t, &plateauDoc{Verdict: verdictFail, FirstHalfPeak: 80 * MiB, SecondHalfPeak: 116 * MiB, Limit: 88 * MiB}, d.LevelsOff)
+	})
+	t.Run("small memory gets the slack", func(t *testing.T) {
+		v := append([]float64{8, 9}, flat(9, 10)...)
+		v = append(v, flat(9, 17)...) // +70%, but only 7 MiB
+		d := summarizeRSS(rssSeries(len(v), v...), 0)
+		require.Equal(t, verdictPass, d.LevelsOff.Verdict)
+		require.Equal(t, int64(18*MiB), d.LevelsOff.Limit, "10 MiB + 8 MiB")
+	})
+	t.Run("comes back down", func(t *testing.T) {
+		v := append(slices.Clone(fills), flat(18, 100)...)
+		v = append(v, 95, 80, 70) // start 40, peak 100: at most 70
+		d := summarizeRSS(rssSeries(20, v...), 0)
+		require.Equal(t, &recoveryDoc{Verdict: verdictPass, After: 70 * MiB, Limit: 70 * MiB}, d.ComesBackDown)
+		require.Equal(t, 3, d.AfterSamples)
+		require.Equal(t, int64(70*MiB), d.After)
+		require.Equal(t, int64(20*time.Second), d.AfterFor)
+		require.Equal(t, int64(100*MiB), d.End, "end is the load's")
+		require.Equal(t, 23, d.Samples)
+	})
+	t.Run("stays up", func(t *testing.T) {
+		v := append(slices.Clone(fills), flat(18, 100)...)
+		v = append(v, 100, 99, 96)
+		d := summarizeRSS(rssSeries(20, v...), 0)
+		require.Equal(t, &recoveryDoc{Verdict: verdictFail, After: 96 * MiB, Limit: 70 * MiB}, d.ComesBackDown)
+	})
+	t.Run("within the slack of start", func(t *testing.T) {
+		v := append([]float64{40}, flat(19, 44)...)
+		v = append(v, 47) // half of +4 MiB is 2, but 8 MiB of start is allowed
+		d := summarizeRSS(rssSeries(20, v...), 0)
+		require.Equal(t, &recoveryDoc{Verdict: verdictPass, After: 47 * MiB, Limit: 48 * MiB}, d.ComesBackDown)
+	})
+	t.Run("too few samples", func(t *testing.T) {
+		d := summarizeRSS(rssSeries(7, 40, 50, 60, 70, 80, 90, 100, 60), 0)
+		require.Equal(t, &plateauDoc{Verdict: verdictNotJudged, Note: "7 samples under load, 8 needed"}, d.LevelsOff)
+		require.Equal(t, &recoveryDoc{Verdict: verdictNotJudged, Note: "7 samples under load, 8 needed"}, d.ComesBackDown)
+		require.Equal(t, int64(60*MiB), d.After)
+
+		d = summarizeRSS(rssSeries(8, flat(8, 50)...), 0)
+		require.Equal(t, verdictPass, d.LevelsOff.Verdict, "eight are enough")
+	})
+	t.Run("only after-load samples", func(t *testing.T) {
+		d := summarizeRSS(rssSeries(0, 50, 40), 0)
+		require.Equal(t, int64(50*MiB), d.Start)
+		require.Equal(t, verdictNotJudged, d.LevelsOff.Verdict)
+		require.Equal(t, verdictNotJudged, d.ComesBackDown.Verdict)
+	})
+	require.Nil(t, summarizeRSS(nil, 0))
+}
+
+// soakComparison is the gateway alone, as `gwbench local --targets gateway`
+// runs a soak: memory levels off, then only part of it comes back.
+func soakComparison(t testing.TB) *Comparison {
+	gw := exactResult(t, "gateway", 100, 990)
+	v := append([]float64{40, 60}, flat(9, 80)...)
+	v = append(v, flat(9, 82)...)
+	v = append(v, 78, 75, 72) // start 40, peak 82: at most 61
+	gw.RSS = rssSeries(20, v...)
+	return &Comparison{Scenario: "soak", Results: []*load.Result{gw}}
+}
+
+func TestSingleTarget(t *testing.T) {
+	c := soakComparison(t)
+	var text strings.Builder
+	require.NoError(t, WriteText(&text, c))
+	t.Log("\n" + text.String())
+	require.NotContains(t, text.String(), "baseline", "nothing to compare with")
+	require.NotContains(t, text.String(), "OVERHEAD")
+	require.NotContains(t, text.String(), "THROUGHPUT vs")
+	require.Equal(t, []string{"gateway", "1000", "1.10ms", "1.30ms", "1.50ms", "1.70ms", "1.90ms", "1.22ms"},
+		row(t, textSection(t, text.String(), "LATENCY"), "gateway"))
+
+	mem := textSection(t, text.String(), "MEMORY (")
+	require.Equal(t, []string{"target", "samples", "start", "peak", "peak", "at", "end", "growth", "per", "stream", "after", "after", "for"}, strings.Fields(mem[0]))
+	require.Equal(t, []string{"gateway", "23", "40.0", "MiB", "82.0", "MiB", "110s", "82.0", "MiB", "+42.0", "MiB", "-", "72.0", "MiB", "20.0s"}, row(t, mem, "gateway"))
+	verdicts := textSection(t, text.String(), "MEMORY VERDICTS")
+	require.Equal(t, []string{"gateway", "levels", "off", "PASS", "second-half", "peak", "82.0", "MiB,", "first-half", "peak", "80.0", "MiB,", "limit", "88.0", "MiB"},
+		row(t, verdicts, "gateway", "levels"))
+	require.Equal(t, []string{"gateway", "comes", "back", "down", "FAIL", "72.0", "MiB", "20.0s", "after", "the", "load,", "start", "40.0", "MiB,", "peak", "82.0", "MiB,", "limit", "61.0", "MiB"},
+		row(t, verdicts, "gateway", "comes"))
+	require.Contains(t, text.String(), "levels off: past the first 10% of the samples under load, the second half's peak is at most the first half's plus 10% (at least 8.00 MiB)\n")
+	require.Contains(t, text.String(), "comes back down: the last sample after the load is at most start plus 50% of (peak − start) (at least 8.00 MiB)\n")
+
+	var js bytes.Buffer
+	require.NoError(t, WriteJSON(&js, c))
+	var doc struct {
+		Baseline  string            `json:"baseline"`
+		Overheads []json.RawMessage `json:"overheads"`
+		Targets   []struct {
+			RSS []struct {
+				AfterLoad *bool `json:"after_load"`
+			} `json:"rss"`
+			Summary struct {
+				AfterBytes    int64          `json:"after_bytes"`
+				AfterFor      int64          `json:"after_for_ns"`
+				LevelsOff     map[string]any `json:"levels_off"`
+				ComesBackDown map[string]any `json:"comes_back_down"`
+			} `json:"rss_summary"`
+		} `json:"targets"`
+	}
+	require.NoError(t, json.Unmarshal(js.Bytes(), &doc))
+	require.Equal(t, "gateway", doc.Baseline)
+	require.NotNil(t, doc.Overheads, "[] rather than null")
+	require.Empty(t, doc.Overheads)
+	gw := doc.Targets[0]
+	require.Len(t, gw.RSS, 23)
+	require.False(t, *gw.RSS[19].AfterLoad)
+	require.True(t, *gw.RSS[20].AfterLoad)
+	require.Equal(t, int64(72<<20), gw.Summary.AfterBytes)
+	require.Equal(t, int64(20*time.Second), gw.Summary.AfterFor)
+	require.Equal(t, map[string]any{"verdict": "pass", "first_half_peak_bytes": float64(80 << 20),
+		"second_half_peak_bytes": float64(82 << 20), "limit_bytes": float64(88 << 20)}, gw.Summary.LevelsOff)
+	require.Equal(t, map[string]any{"verdict": "fail", "after_bytes": float64(72 << 20), "limit_bytes": float64(61 << 20)}, gw.Summary.ComesBackDown)
+
+	var svg bytes.Buffer
+	require.NoError(t, WriteSVG(&svg, c, "latency"))
+	d := parseSVG(t, svg.Bytes())
+	require.Equal(t, []string{"gateway"}, d.polylines)
+	require.Contains(t, d.texts, "percentile curve of gateway")
+	require.NotContains(t, d.texts, "baseline")
+
+	var page strings.Builder
+	require.NoError(t, WriteHTML(&page, c))
+	require.Contains(t, page.String(), `<p class="meta">target: gateway</p>`)
+
+	paths, err := WriteAll(t.TempDir(), c)
+	require.NoError(t, err)
+	require.Len(t, paths, 6, "summary, JSON, HTML, latency, ttfb and memory")
+}
+
+func TestMemorySVG(t *testing.T) {
+	c := soakComparison(t)
+	var b bytes.Buffer
+	require.NoError(t, WriteSVG(&b, c, MetricMemory))
+	require.True(t, strings.HasPrefix(b.String(), `<?xml version="1.0" encoding="UTF-8"?>`))
+	d := parseSVG(t, b.Bytes())
+	require.Equal(t, []string{"gateway"}, d.polylines)
+	require.Equal(t, []string{"gateway"}, d.legend)
+	require.Contains(t, d.texts, "soak · resident memory")
+	require.Contains(t, d.texts, "after the load")
+	require.Contains(t, d.texts, "levels off: pass")
+	require.Contains(t, d.texts, "comes back down: fail")
+	require.Contains(t, d.texts, "after 72.0 MiB")
+	// 40 to 82 MiB from zero, 0 to 220 s.
+	for _, tick := range []string{"0", "40 MiB", "100 MiB", "50 s", "250 s"} {
+		require.Contains(t, d.texts, tick)
+	}
+	require.Equal(t, 1, strings.Count(b.String(), `class="after-load"`), "the time after the load is shaded")
+
+	t.Run("no cooldown, no shading", func(t *testing.T) {
+		c := soakComparison(t)
+		for i := range c.Results[0].RSS {
+			c.Results[0].RSS[i].After = false
+		}
+		var b bytes.Buffer
+		require.NoError(t, WriteSVG(&b, c, MetricMemory))
+		require.NotContains(t, b.String(), `class="after-load"`)
+		require.Contains(t, parseSVG(t, b.Bytes()).texts, "comes back down: not judged")
+	})
+	t.Run("an hour is in minutes", func(t *testing.T) {
+		c := soakComparison(t)
+		for i := range c.Results[0].RSS {
+			c.Results[0].RSS[i].At *= 18 // 3 min apart: 66 min in all
+		}
+		var b bytes.Buffer
+		require.NoError(t, WriteSVG(&b, c, MetricMemory))
+		texts := parseSVG(t, b.Bytes()).texts
+		require.Contains(t, texts, "60 min")
+	})
+	t.Run("nothing sampled", func(t *testing.T) {
+		c := exactComparison(t)
+		c.Results[1].RSS = nil
+		var b bytes.Buffer
+		require.NoError(t, WriteSVG(&b, c, MetricMemory))
+		d := parseSVG(t, b.Bytes())
+		require.Empty(t, d.polylines)
+		require.Contains(t, d.texts, "no memory sampled")
+		paths, err := WriteAll(t.TempDir(), c)
+		require.NoError(t, err)
+		for _, p := range paths {
+			require.NotEqual(t, "memory.svg", filepath.Base(p))
+		}
+	})
 }

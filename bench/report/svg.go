@@ -30,6 +30,18 @@ const baselineColor = "#4d4d4d"
 
 var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#882255"}
 
+// seriesColor is the colour of result i of n: the baseline's when there
+// are others to compare with it, else the palette's in turn.
+func seriesColor(i, n int) string {
+	switch {
+	case n == 1:
+		return palette[0]
+	case i == 0:
+		return baselineColor
+	}
+	return palette[(i-1)%len(palette)]
+}
+
 // series is one target's curve.
 type series struct {
 	name  string
@@ -45,18 +57,23 @@ type point struct{ x, y float64 }
 // log scale of nines (x = -log10(1 - p): 0, 90, 99, 99.9, 99.99 ... and the
 // max), the y axis the value, linear from zero. metric is one of "latency",
 // "ttfb", "ttft" and "interframe". Targets that recorded nothing are in the
-// legend as "no data"; a plot where none did says so.
+// legend as "no data"; a plot where none did says so. metric "memory"
+// plots instead the resident memory samples over time (MetricMemory).
 func WriteSVG(w io.Writer, c *Comparison, metric string) error {
 	if err := check(c); err != nil {
 		return err
 	}
-	m, ok := metricByName(metric)
-	if !ok {
-		return fmt.Errorf("report: unknown metric %q (want latency, ttfb, ttft or interframe)", metric)
-	}
 	var b strings.Builder
 	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
-	renderSVG(&b, c, m)
+	if metric == MetricMemory {
+		renderMemorySVG(&b, c)
+	} else {
+		m, ok := metricByName(metric)
+		if !ok {
+			return fmt.Errorf("report: unknown metric %q (want latency, ttfb, ttft, interframe or memory)", metric)
+		}
+		renderSVG(&b, c, m)
+	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("cannot write SVG: %w", err)
 	}
@@ -70,10 +87,7 @@ func renderSVG(b *strings.Builder, c *Comparison, m metric) {
 	var maxCount int64
 	yMin, yMax := math.Inf(1), 0.0
 	for i, r := range c.Results {
-		s := &series{name: targetName(r, i), color: baselineColor}
-		if i > 0 {
-			s.color = palette[(i-1)%len(palette)]
-		}
+		s := &series{name: targetName(r, i), color: seriesColor(i, len(c.Results))}
 		if h := m.hist(r); h != nil && h.TotalCount() > 0 {
 			s.h = h
 			maxCount = max(maxCount, h.TotalCount())
@@ -109,7 +123,11 @@ func renderSVG(b *strings.Builder, c *Comparison, m metric) {
 	fmt.Fprintf(b, `<text x="%d" y="30" font-size="18" font-weight="600" fill="#1a1a1a">%s</text>`+"\n",
 		plotLeft, esc(c.scenarioName()+" · "+m.title))
 	var sub []string
-	sub = append(sub, "percentile curves of "+strconv.Itoa(len(all))+" targets, baseline "+all[0].name)
+	if len(all) == 1 {
+		sub = append(sub, "percentile curve of "+all[0].name)
+	} else {
+		sub = append(sub, "percentile curves of "+strconv.Itoa(len(all))+" targets, baseline "+all[0].name)
+	}
 	if c.Machine != "" {
 		sub = append(sub, c.Machine)
 	}
@@ -166,7 +184,7 @@ func renderSVG(b *strings.Builder, c *Comparison, m metric) {
 		}
 		fmt.Fprintf(b, `<polyline class="series" data-target="%s" fill="none" stroke="%s" stroke-width="2" stroke-linejoin="round" stroke-linecap="round"`,
 			esc(s.name), s.color)
-		if s == all[0] {
+		if s == all[0] && len(all) > 1 {
 			b.WriteString(` stroke-dasharray="7 4"`)
 		}
 		b.WriteString(` points="`)
@@ -190,7 +208,7 @@ func writeLegend(b *strings.Builder, all []*series) {
 	cells := make([][]string, len(all))
 	var widths []int
 	for i, s := range all {
-		cells[i] = append([]string{s.name}, legendStats(s.h, all[0].h, i == 0)...)
+		cells[i] = append([]string{s.name}, legendStats(s.h, all[0].h, i == 0, len(all) > 1)...)
 		for j, c := range cells[i] {
 			if j == len(widths) {
 				widths = append(widths, 0)
@@ -203,7 +221,7 @@ func writeLegend(b *strings.Builder, all []*series) {
 		y := legendTop + i*legendRow
 		fmt.Fprintf(b, `<g class="legend-entry" data-target="%s">`, esc(s.name))
 		dash := ""
-		if i == 0 {
+		if i == 0 && len(all) > 1 {
 			dash = ` stroke-dasharray="7 4"`
 		}
 		color := s.color
@@ -227,8 +245,9 @@ func writeLegend(b *strings.Builder, all []*series) {
 }
 
 // legendStats is a target's figures beside its name, one per column: a few
-// percentiles, the count, and for all but the baseline its p99 overhead.
-func legendStats(h, base *hdrhistogram.Histogram, isBase bool) []string {
+// percentiles, the count, and, when there are others to compare, for all
+// but the baseline its p99 overhead.
+func legendStats(h, base *hdrhistogram.Histogram, isBase, compared bool) []string {
 	if h == nil {
 		return []string{"no data"}
 	}
@@ -240,6 +259,7 @@ func legendStats(h, base *hdrhistogram.Histogram, isBase bool) []string {
 		"n=" + strconv.FormatInt(h.TotalCount(), 10),
 	}
 	switch {
+	case !compared:
 	case isBase:
 		s = append(s, "baseline")
 	case base != nil:

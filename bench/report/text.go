@@ -63,7 +63,9 @@ func writeHeader(b *strings.Builder, d *document) {
 	if d.Concurrency > 0 {
 		t.add("streams", strconv.Itoa(d.Concurrency))
 	}
-	t.add("baseline", d.Baseline)
+	if len(d.Targets) > 1 {
+		t.add("baseline", d.Baseline)
+	}
 	// Left-aligned values: write by hand rather than as a right-aligned table.
 	for _, r := range t.rows {
 		fmt.Fprintf(b, "%-9s %s\n", r[0], r[1])
@@ -333,8 +335,18 @@ func writeScorecard(b *strings.Builder, d *document) {
 }
 
 func writeRSS(b *strings.Builder, d *document) {
-	var t table
-	t.add("target", "samples", "start", "peak", "peak at", "end", "growth", "per stream")
+	withAfter := false
+	for _, x := range d.Targets {
+		withAfter = withAfter || (x.RSSSummary != nil && x.RSSSummary.AfterSamples > 0)
+	}
+	var t, v table
+	heads := []string{"target", "samples", "start", "peak", "peak at", "end", "growth", "per stream"}
+	if withAfter {
+		heads = append(heads, "after", "after for")
+	}
+	t.add(heads...)
+	v = table{left: 4}
+	v.add("target", "check", "verdict", "detail")
 	for _, x := range d.Targets {
 		r := x.RSSSummary
 		if r == nil {
@@ -348,17 +360,63 @@ func writeRSS(b *strings.Builder, d *document) {
 		if r.End >= r.Start {
 			growth = "+" + growth
 		}
-		t.add(x.Name, strconv.Itoa(r.Samples), formatBytes(r.Start), formatBytes(r.Peak),
-			formatMicros(float64(time.Duration(r.PeakAt)/time.Microsecond)),
-			formatBytes(r.End), growth, perStream)
+		row := []string{x.Name, strconv.Itoa(r.Samples), formatBytes(r.Start), formatBytes(r.Peak),
+			formatMicros(float64(time.Duration(r.PeakAt) / time.Microsecond)),
+			formatBytes(r.End), growth, perStream}
+		if withAfter {
+			if r.AfterSamples > 0 {
+				row = append(row, formatBytes(r.After), formatMicros(float64(time.Duration(r.AfterFor)/time.Microsecond)))
+			} else {
+				row = append(row, "-", "-")
+			}
+		}
+		t.add(row...)
+		if p := r.LevelsOff; p != nil {
+			detail := p.Note
+			if p.Verdict != verdictNotJudged {
+				detail = fmt.Sprintf("second-half peak %s, first-half peak %s, limit %s",
+					formatBytes(p.SecondHalfPeak), formatBytes(p.FirstHalfPeak), formatBytes(p.Limit))
+			}
+			v.add(x.Name, "levels off", verdictLabel(p.Verdict), detail)
+		}
+		if c := r.ComesBackDown; c != nil {
+			detail := c.Note
+			if c.Verdict != verdictNotJudged {
+				detail = fmt.Sprintf("%s %s after the load, start %s, peak %s, limit %s",
+					formatBytes(c.After), formatMicros(float64(time.Duration(r.AfterFor)/time.Microsecond)),
+					formatBytes(r.Start), formatBytes(r.Peak), formatBytes(c.Limit))
+			}
+			v.add(x.Name, "comes back down", verdictLabel(c.Verdict), detail)
+		}
 	}
 	if len(t.rows) == 1 {
 		return
 	}
-	title := "MEMORY (resident set)"
+	title := "MEMORY (resident set; start, peak and end under load)"
 	if d.Concurrency > 0 {
-		title = fmt.Sprintf("MEMORY (resident set; per stream = (peak − start) / %d streams)", d.Concurrency)
+		title = fmt.Sprintf("MEMORY (resident set; start, peak and end under load; per stream = (peak − start) / %d streams)", d.Concurrency)
 	}
 	section(b, title)
 	t.write(b, "")
+
+	section(b, "MEMORY VERDICTS")
+	v.write(b, "")
+	fmt.Fprintf(b, "levels off: past the first %s of the samples under load, the second half's peak is at most the first half's plus %s (at least %s)\n",
+		percent(rssSkipFraction), percent(rssPlateauGrowth), formatBytes(rssSlack))
+	fmt.Fprintf(b, "comes back down: the last sample after the load is at most start plus %s of (peak − start) (at least %s)\n",
+		percent(rssReturnFraction), formatBytes(rssSlack))
+	fmt.Fprintf(b, "either needs %d samples under load\n", rssMinLoadSamples)
 }
+
+// verdictLabel writes a verdict as the summary shows it.
+func verdictLabel(v string) string {
+	switch v {
+	case verdictPass:
+		return "PASS"
+	case verdictFail:
+		return "FAIL"
+	}
+	return v
+}
+
+func percent(f float64) string { return strconv.FormatFloat(100*f, 'f', -1, 64) + "%" }

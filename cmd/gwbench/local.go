@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,9 +48,35 @@ tiers:
   mira:  {provider: simulator, upstream_model: sim-mira, reasons: false, deadline: 3s, stream_idle_timeout: 2s}
 `
 
+// localTargets are the targets `gwbench local` can run, in the order a
+// comparison runs them: the first chosen is the baseline.
+var localTargets = []string{"direct", "refproxy", "nginx", "gateway"}
+
+// parseTargets reads --targets: comma-separated names among localTargets,
+// at least one. They come back in localTargets' order, whatever order
+// they were given in, so that the upstream directly, when chosen, stays
+// the baseline.
+func parseTargets(s string) (map[string]bool, error) {
+	chosen := map[string]bool{}
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !slices.Contains(localTargets, name) {
+			return nil, usagef("--targets: unknown target %q (%s)", name, strings.Join(localTargets, ", "))
+		}
+		chosen[name] = true
+	}
+	if len(chosen) == 0 {
+		return nil, usagef("--targets: name at least one of %s", strings.Join(localTargets, ", "))
+	}
+	return chosen, nil
+}
+
 func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
-	var bin, dbURL, scenarios string
+	var bin, dbURL, scenarios, targetList string
 	fs := flag.NewFlagSet("gwbench local", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.flags(fs)
@@ -60,8 +87,17 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	budget := fs.Bool("budget", true, "measure the performance budget (saturation, half-saturation overhead, streaming) instead of --scenarios")
 	withFaults := fs.Bool("faults", true, "also run the failover scorecard")
 	nginx := fs.String("nginx", "auto", "also compare nginx as a reverse proxy: auto (when installed), on or off")
+	fs.StringVar(&targetList, "targets", strings.Join(localTargets, ","),
+		"comma-separated targets to compare among "+strings.Join(localTargets, ", ")+"; the first is the baseline (nginx only as --nginx allows)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	chosen, err := parseTargets(targetList)
+	if err != nil {
+		return err
+	}
+	if *budget && !(chosen["direct"] && chosen["refproxy"] && chosen["gateway"]) {
+		return usagef("--budget needs direct, refproxy and gateway among --targets (or --budget=false)")
 	}
 	if dbURL == "" {
 		return usagef("--database-url (or DATABASE_URL) is required: `make bench` starts a private PostgreSQL")
@@ -101,18 +137,22 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if key == "" {
 		return errors.New("the gateway printed no demo key")
 	}
-	ref, err := child.Start(ctx, "refproxy", self, nil, []string{"refproxy listening"}, "refproxy", "--upstream", simURL, "--addr", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	defer ref.Stop()
-	fmt.Fprintf(stderr, "gwbench: simulator %s, gateway %s (pid %d), reference proxy %s\n", sim.Addr, gw.Addr, gw.PID, ref.Addr)
+	fmt.Fprintf(stderr, "gwbench: simulator %s, gateway %s (pid %d)\n", sim.Addr, gw.Addr, gw.PID)
 
-	targets := []load.Target{
-		{Name: "direct", BaseURL: simURL, Wire: load.WireUpstream},
-		{Name: "refproxy", BaseURL: "http://" + ref.Addr, Wire: load.WireUpstream},
+	var targets []load.Target
+	if chosen["direct"] {
+		targets = append(targets, load.Target{Name: "direct", BaseURL: simURL, Wire: load.WireUpstream})
 	}
-	if *nginx != "off" {
+	if chosen["refproxy"] {
+		ref, err := child.Start(ctx, "refproxy", self, nil, []string{"refproxy listening"}, "refproxy", "--upstream", simURL, "--addr", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer ref.Stop()
+		fmt.Fprintf(stderr, "gwbench: reference proxy %s\n", ref.Addr)
+		targets = append(targets, load.Target{Name: "refproxy", BaseURL: "http://" + ref.Addr, Wire: load.WireUpstream})
+	}
+	if chosen["nginx"] && *nginx != "off" {
 		ng, err := startNginx(ctx, out, sim.Addr)
 		switch {
 		case err == nil:
@@ -124,7 +164,12 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintln(stderr, "gwbench: nginx is not installed; comparing without it")
 		}
 	}
-	targets = append(targets, load.Target{Name: "gateway", BaseURL: "http://" + gw.Addr, Key: key, PID: gw.PID})
+	if chosen["gateway"] {
+		targets = append(targets, load.Target{Name: "gateway", BaseURL: "http://" + gw.Addr, Key: key, PID: gw.PID})
+	}
+	if len(targets) == 0 {
+		return errors.New("no target left to compare: nginx is off or not installed")
+	}
 
 	if *budget {
 		b := &budgetRun{targets: targets, opt: c.options(stderr), duration: c.duration, out: out, stdout: stdout}

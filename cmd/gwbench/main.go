@@ -4,7 +4,7 @@
 //	gwbench run      --scenario NAME|FILE --target URL [--key KEY]
 //	gwbench compare  --scenario NAME|FILE --direct URL --gateway URL --key KEY [--also NAME=URL]...
 //	gwbench faults   --gateway URL --key KEY
-//	gwbench local    [--budget] [--scenarios a,b] [--frontier] [--faults]   start simulator, gateway and reference proxy here, measure
+//	gwbench local    [--budget] [--scenarios a,b] [--targets a,b] [--frontier] [--faults]   start simulator, gateway and reference proxy here, measure
 //	gwbench refproxy --upstream URL [--addr ADDR]
 //	gwbench scenarios
 //
