@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,11 @@ type Chat struct {
 	// shutdown no longer sees them, so Drain waits for them.
 	streams sync.WaitGroup
 	open    atomic.Int64 // streams open now, for the gauge
+	// serveConn serves the requests that follow a complete stream on its
+	// connection (the server's ServeConn); nil, or closing set, closes the
+	// connection instead.
+	serveConn func(net.Conn) error
+	closing   atomic.Bool
 
 	errImages *codec.Error // image_not_supported naming the tiers that read images
 }
@@ -193,6 +199,14 @@ type turn struct {
 	// usage is a stream's ledger row, which outlives the Call.
 	usage hotpath.UsageRecord
 	ttft  time.Duration
+
+	// A stream's framing: chunked (HTTP/1.1) or ended by closing the
+	// connection; the connection closes after it (lastConn); t.out holds
+	// the response head (headOut) before its first frame, which starts at
+	// mark; last adds the final chunk to the next flush, and lastSent says
+	// it went out.
+	chunked, lastConn, headOut, last, lastSent bool
+	mark                                       int
 }
 
 var turnPool = sync.Pool{New: func() any { return new(turn) }}
@@ -210,6 +224,16 @@ func releaseTurn(t *turn) {
 	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid}
 	turnPool.Put(t)
 }
+
+// KeepAlive has connections whose stream completed go on serving requests
+// through serve — the server's ServeConn — instead of closing: a client
+// that streams turn after turn keeps one connection (and, behind a TLS
+// terminator, one handshake). Call it before serving; it needs ConnsKept.
+func (ch *Chat) KeepAlive(serve func(net.Conn) error) { ch.serveConn = serve }
+
+// StopKeepAlive has streams that complete from now on close their
+// connections. Call it when shutdown begins, before the server stops.
+func (ch *Chat) StopKeepAlive() { ch.closing.Store(true) }
 
 // Drain waits until every open stream has ended, or ctx ends; it reports
 // whether they all did. Call it after the listener stopped accepting.

@@ -114,6 +114,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 
 	ln := fasthttputil.NewInmemoryListener()
 	srv := &fasthttp.Server{Handler: rt.Handler(), KeepHijackedConns: true}
+	f.chat.KeepAlive(srv.ServeConn)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	f.rawDial = ln.Dial

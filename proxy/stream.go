@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,8 +21,9 @@ import (
 // the client) and then takes the client connection over: the response head
 // is written here, and the frames are written straight to the socket from
 // one goroutine, which owns t from then on. A stream costs one goroutine and
-// no pipe; its body ends when the connection closes (Connection: close), so
-// a failure can never be mistaken for a complete chunked body.
+// no pipe. Its body is chunked (HTTP/1.1), so a stream that breaks ends
+// without the last chunk and can never be mistaken for a complete one; an
+// HTTP/1.0 client gets a body that ends with the connection.
 func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *hotpath.Call) error {
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = true
@@ -36,8 +38,23 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 	h.SetContentType("text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	h.SetContentLength(-2) // the body ends with the connection
+	t.chunked = ctx.Request.Header.IsHTTP11()
+	if t.chunked {
+		h.SetContentLength(-1)
+		ch := t.ch
+		if !ch.cfg.ConnsKept || ch.serveConn == nil || ch.closing.Load() || ctx.Request.Header.ConnectionClose() {
+			// Still chunked, so that the last chunk says the stream
+			// ended well; the connection closes after it.
+			h.SetConnectionClose()
+			t.lastConn = true
+		}
+	} else {
+		h.SetContentLength(-2) // the body ends with the connection
+		t.lastConn = true
+	}
 	t.out = h.AppendBytes(t.out[:0])
+	t.headOut = true
+	t.beginFrame()
 	ctx.HijackSetNoResponse(true)
 	c.UsageDetached = true
 	ch := t.ch
@@ -62,22 +79,30 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 
 // write runs the stream on the client connection c and frees everything the
 // stream held when it ends. owned says the stream owns c (the server kept
-// the connection for it): it then closes c itself — which ends the
-// client's response — before anything else, and afterwards reads what the
-// upstream sends after [DONE] so that its connection goes back to the pool
-// rather than being closed (the next stream then skips a dial).
+// the connection for it). A complete chunked stream then hands c back to
+// the server for the client's next request, as does one that ended with
+// its wire's error frame; any other ending closes c —
+// which ends the client's response — before anything else. A complete
+// stream then reads what the upstream sends after [DONE] so that its
+// connection goes back to the pool rather than being closed (the next
+// stream then skips a dial).
+//
+// Handing c back drops nothing the client sent: the server had read the
+// whole request, and clients never pipeline behind a POST (RFC 9112 §9.3.2),
+// so nothing else was waiting in the read buffer the stream let go of.
 func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 	ch := t.ch
 	complete := false
+	keep := false
 	defer func() {
 		// The edge's recovery ended with the handler; a panic here must
 		// not take the process down, and must free everything.
 		if r := recover(); r != nil {
-			complete = false
+			complete, keep = false, false
 			ch.cfg.Log.Error("stream writer panicked", "request_id", string(t.requestID), "panic", fmt.Sprint(r),
 				"stack", string(debug.Stack()))
 		}
-		if owned {
+		if owned && !keep {
 			_ = c.Close()
 		}
 		t.admitted()
@@ -96,9 +121,18 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 		fasthttp.ReleaseResponse(resp)
 		ch.open.Add(-1)
 		ch.streams.Done()
+		if keep {
+			// This goroutine becomes the connection's: it serves the
+			// client's next request, which may be another stream.
+			_ = ch.serveConn(c)
+		}
 	}()
 	w := clientWriter{Conn: c, bound: t.up.cfg.StreamIdle}
 	complete = t.pump(&w, resp)
+	// The client's response ended well-formed — complete, or with the
+	// error frame its wire ends a failure with — and nothing asked to
+	// close: the connection serves the client's next request.
+	keep = owned && t.lastSent && !t.lastConn && !ch.closing.Load() && c.SetDeadline(time.Time{}) == nil
 }
 
 // drainUpstream reads the end of a complete upstream stream — the chunked
@@ -230,7 +264,7 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) (complete bool) {
 		st.finish = finishReason(nil, st.sawTools)
 	}
 	t.settleBill(&st.usage, st.hasUsage, t.delivered)
-	t.out = t.out[:0]
+	t.beginFrame()
 	switch t.wire {
 	case ChatV2:
 		if st.deltas == 0 {
@@ -250,6 +284,7 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) (complete bool) {
 		}
 		t.out = codec.AppendDone(t.out)
 	}
+	t.last = true
 	return t.flush(w)
 }
 
@@ -277,7 +312,7 @@ func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *
 			st.failure = errStreamBroken
 			return true
 		}
-		t.out = t.out[:0]
+		t.beginFrame()
 		if len(chunk.Reasoning) > 2 {
 			t.deliver(chunk.Reasoning)
 			// v2 orders reasoning before the answer; a trace fragment an
@@ -310,7 +345,7 @@ func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *
 		if chunk.HasUsage {
 			st.usage, st.hasUsage = chunk.Usage, true
 		}
-		if len(t.out) > 0 {
+		if t.framed() > 0 {
 			if !st.firstSent {
 				st.firstSent = true
 				t.ttft = time.Since(t.start)
@@ -350,23 +385,81 @@ func (t *turn) fail(w io.Writer, cerr *codec.Error) {
 	t.ch.cfg.Log.Warn("stream failed after it opened", "request_id", string(t.requestID), "tier", t.up.Tier.Name,
 		"code", cerr.Code.String())
 	t.settleBill(nil, false, t.delivered)
-	t.out = t.out[:0]
+	t.beginFrame()
 	switch t.wire {
 	case ChatOpenAI:
 		t.out = codec.AppendChunkError(t.out, cerr)
 	case ChatV2:
 		t.out = codec.AppendV2Error(t.out, cerr, t.requestID)
 	default:
-		return
+		return // the body stops short: no last chunk
 	}
+	// The error frame ends the stream the way the wire says, and the body
+	// ends well-formed.
+	t.last = true
 	t.flush(w)
 }
 
-// flush writes t.out to the client in one write; false means the client is
-// gone.
+// chunkRoom is the space kept in front of every frame for its chunk-size
+// line: up to eight hex digits and CRLF.
+const chunkRoom = 10
+
+var lastChunk = []byte("0\r\n\r\n")
+
+// beginFrame empties t.out for the next frames, keeping room in front for
+// the chunk-size line. The response head, when it is in t.out, stays.
+func (t *turn) beginFrame() {
+	if t.mark = 0; t.headOut {
+		t.mark = len(t.out)
+	} else {
+		t.out = t.out[:0]
+	}
+	if t.chunked {
+		t.out = append(t.out, make([]byte, chunkRoom)...)
+	}
+}
+
+// framed is how many frame bytes t.out holds.
+func (t *turn) framed() int {
+	n := len(t.out) - t.mark
+	if t.chunked {
+		n -= chunkRoom
+	}
+	return n
+}
+
+// flush writes what t.out holds to the client in one write — the response
+// head first, on the first flush — framed as one chunk, followed by the
+// last chunk when the stream is done; false means the client is gone.
 func (t *turn) flush(w io.Writer) bool {
-	_, err := w.Write(t.out)
-	return err == nil
+	from := 0
+	if t.chunked {
+		if n := t.framed(); n > 0 {
+			var hex [16]byte
+			size := strconv.AppendUint(hex[:0], uint64(n), 16)
+			from = t.mark + chunkRoom - 2 - len(size)
+			copy(t.out[from:], size)
+			t.out[from+len(size)], t.out[from+len(size)+1] = '\r', '\n'
+			t.out = append(t.out, '\r', '\n')
+			if t.mark > 0 {
+				// The head goes out with the first chunk: close the gap.
+				from -= copy(t.out[from-t.mark:from], t.out[:t.mark])
+			}
+		} else {
+			t.out = t.out[:t.mark] // a chunk of size 0 would end the body
+		}
+		if t.last {
+			t.out = append(t.out, lastChunk...)
+		}
+	}
+	t.headOut, t.mark = false, 0
+	if from < len(t.out) {
+		if _, err := w.Write(t.out[from:]); err != nil {
+			return false
+		}
+	}
+	t.lastSent = t.last
+	return true
 }
 
 // isTimeout reports a deadline or idle bound that passed, whatever the

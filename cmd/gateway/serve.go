@@ -334,6 +334,8 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		Logger:                fasthttpLogger{log},
 		ErrorHandler:          edge.ParseError,
 	}
+	// A connection whose stream completed serves the client's next request.
+	chat.KeepAlive(a.server.ServeConn)
 	if a.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
 		a.shutdown()
 		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Addr, err)
@@ -393,6 +395,9 @@ func (a *app) stop() {
 		}
 	}
 	if a.server != nil && a.ln != nil {
+		if a.chat != nil {
+			a.chat.StopKeepAlive() // streams that end now close their connections
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 		if err := a.server.ShutdownWithContext(ctx); err != nil {
 			a.log.Warn("requests still in flight at shutdown", "err", err)

@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// rawConn speaks HTTP/1.1 over one client connection to the fixture's
+// server, so a test can see which requests share it.
+type rawConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func (f *chatFixture) dialRaw(t *testing.T) *rawConn {
+	t.Helper()
+	c, err := f.rawDial()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	return &rawConn{c: c, br: bufio.NewReader(c)}
+}
+
+// send writes one request; proto is "HTTP/1.1" or "HTTP/1.0".
+func (r *rawConn) send(t *testing.T, f *chatFixture, proto, method, path, body string, headers ...string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s\r\nHost: gw\r\nAuthorization: Bearer %s\r\n", method, path, proto, f.key)
+	if body != "" {
+		fmt.Fprintf(&b, "Content-Type: application/json\r\nContent-Length: %d\r\n", len(body))
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		fmt.Fprintf(&b, "%s: %s\r\n", headers[i], headers[i+1])
+	}
+	b.WriteString("\r\n")
+	b.WriteString(body)
+	_, err := io.WriteString(r.c, b.String())
+	require.NoError(t, err)
+}
+
+// read reads one response and its whole body; err is what reading the body
+// ended with.
+func (r *rawConn) read(t *testing.T) (resp *http.Response, body []byte, err error) {
+	t.Helper()
+	resp, rerr := http.ReadResponse(r.br, nil)
+	require.NoError(t, rerr)
+	body, err = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	return resp, body, err
+}
+
+func streamBody(content string) string {
+	return `{"model":"mira","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"` + content + `"}]}`
+}
+
+// A complete stream is a chunked body that ends with its last chunk, and the
+// connection then serves the client's next request — another stream on any
+// wire, or anything else.
+func TestCompleteStreamsKeepTheirConnection(t *testing.T) {
+	f := newChatFixture(t)
+	rc := f.dialRaw(t)
+	for _, path := range []string{"/api/v1/chat", "/api/v2/chat", "/v1/chat/completions", "/v1/chat/completions"} {
+		rc.send(t, f, "HTTP/1.1", "POST", path, streamBody("hi [[sim:tokens=5]]"))
+		resp, body, err := rc.read(t)
+		require.NoError(t, err, path)
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		require.Equal(t, []string{"chunked"}, resp.TransferEncoding, path)
+		require.False(t, resp.Close, path)
+		if path == "/api/v2/chat" {
+			require.Contains(t, string(body), "event: finish", path)
+		} else {
+			require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "%s: %q", path, body)
+		}
+	}
+	rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", `{"model":"mira","messages":[{"role":"user","content":"hi"}]}`)
+	resp, body, err := rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Contains(t, string(body), `"chat.completion"`)
+	require.Eventually(t, func() bool { return f.chat.open.Load() == 0 }, 2*time.Second, time.Millisecond)
+}
+
+// A stream that breaks after it opened ends without the last chunk on the
+// wire that just stops, and the connection closes; the wires that end with
+// an error frame end their body well-formed, and the connection serves the
+// client's next request.
+func TestBrokenStreamsEndTheWayTheirWireSays(t *testing.T) {
+	f := newChatFixture(t)
+	for _, path := range []string{"/api/v1/chat", "/v1/chat/completions", "/api/v2/chat"} {
+		rc := f.dialRaw(t)
+		rc.send(t, f, "HTTP/1.1", "POST", path, streamBody("hi [[sim:drop_after=2]] [[sim:tokens=10]]"))
+		resp, body, err := rc.read(t)
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		if path == "/api/v1/chat" {
+			require.ErrorIs(t, err, io.ErrUnexpectedEOF, "%s: a cut stream must not read as complete", path)
+		} else {
+			require.NoError(t, err, path)
+			require.Contains(t, string(body), `"code":"upstream_`, path)
+			require.NotContains(t, string(body), "[DONE]", path)
+		}
+		if path == "/api/v1/chat" {
+			_, err = rc.br.ReadByte()
+			require.ErrorIs(t, err, io.EOF, "%s: the connection closes after a cut body", path)
+			continue
+		}
+		rc.send(t, f, "HTTP/1.1", "POST", path, streamBody("hi [[sim:tokens=2]]"))
+		resp, _, err = rc.read(t)
+		require.NoError(t, err, path)
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
+}
+
+// A client that asks to close gets its stream chunked and complete, then the
+// connection closes; an HTTP/1.0 client gets a body that ends with the
+// connection.
+func TestStreamsCloseWhenTheClientAsks(t *testing.T) {
+	f := newChatFixture(t)
+	rc := f.dialRaw(t)
+	rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", streamBody("hi [[sim:tokens=3]]"), "Connection", "close")
+	resp, body, err := rc.read(t)
+	require.NoError(t, err)
+	require.True(t, resp.Close)
+	require.Equal(t, []string{"chunked"}, resp.TransferEncoding)
+	require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "%q", body)
+	_, err = rc.br.ReadByte()
+	require.ErrorIs(t, err, io.EOF)
+
+	rc = f.dialRaw(t)
+	rc.send(t, f, "HTTP/1.0", "POST", "/v1/chat/completions", streamBody("hi [[sim:tokens=3]]"))
+	resp, body, err = rc.read(t)
+	require.NoError(t, err)
+	require.Empty(t, resp.TransferEncoding)
+	require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "%q", body)
+}
