@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath"
 )
 
 // rawConn speaks HTTP/1.1 over one client connection to the fixture's
@@ -139,4 +141,20 @@ func TestStreamsCloseWhenTheClientAsks(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, resp.TransferEncoding)
 	require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "%q", body)
+}
+
+// A stream gives its concurrency slot back before its connection serves the
+// client's next request: a key allowed one request at a time streams turn
+// after turn on one connection without a 429.
+func TestNextRequestOnAKeptConnectionFindsTheSlotFree(t *testing.T) {
+	c := hotpath.NewMemoryCounters(hotpath.NoSeeder{})
+	l := newLimits(t, c, testPlan(func(p *hotpath.Plan) { p.MaxConcurrent = 1 }))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()))
+	rc := f.dialRaw(t)
+	for i := range 20 {
+		rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", streamBody("hi [[sim:tokens=2]]"))
+		resp, body, err := rc.read(t)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "turn %d: %s", i, body)
+	}
 }

@@ -114,6 +114,12 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 		}
 		releaseTurn(t)
 		ch.gate.Release()
+		if keep {
+			// The stream's slots are free: the client's next request is
+			// served at once, by a fresh goroutine, while this one reads
+			// the end of the upstream's stream.
+			go func() { _ = ch.serveConn(c) }()
+		}
 		if complete && owned {
 			drainUpstream(resp.BodyStream())
 		}
@@ -121,11 +127,6 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 		fasthttp.ReleaseResponse(resp)
 		ch.open.Add(-1)
 		ch.streams.Done()
-		if keep {
-			// This goroutine becomes the connection's: it serves the
-			// client's next request, which may be another stream.
-			_ = ch.serveConn(c)
-		}
 	}()
 	w := clientWriter{Conn: c, bound: t.up.cfg.StreamIdle}
 	complete = t.pump(&w, resp)
