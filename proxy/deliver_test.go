@@ -17,7 +17,7 @@ func TestDeliverCountsLongRepliesInBoundedMemory(t *testing.T) {
 	var all []byte
 	tr := &turn{}
 	maxCap := 0
-	for i := range 3000 {
+	for i := range 12000 {
 		w := " " + words[i*7%len(words)]
 		cut := len(w) / 2
 		for _, piece := range []string{w[:cut], w[cut:]} {

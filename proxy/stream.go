@@ -360,8 +360,11 @@ func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *
 }
 
 // deliveredFold is how much delivered text a stream keeps uncounted: a long
-// reply costs a bounded buffer rather than its whole text.
-const deliveredFold = 1024
+// reply costs a bounded buffer rather than its whole text. Counting is slow
+// (≈ 1 µs a token), and the count is needed only when the upstream's usage
+// never arrives, so replies shorter than this are never counted unless
+// then.
+const deliveredFold = 16 << 10
 
 // deliver keeps a delivered fragment (a JSON string literal) for counting,
 // should the upstream's usage never arrive. Once the kept text passes
