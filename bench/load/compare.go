@@ -11,6 +11,9 @@ import (
 // DefaultRound is the length of one Compare round.
 const DefaultRound = 2 * time.Second
 
+// longReply: a reply longer than this many rounds is not interleaved.
+const longReply = 5
+
 // Compare runs sc against every target, interleaved, so that whatever else
 // the machine does affects all of them alike: after each target's warm-up,
 // the measured duration is split into rounds (Options.Round, default 2 s),
@@ -45,6 +48,13 @@ func Compare(ctx context.Context, sc *Scenario, targets []Target, opt Options) (
 	round := opt.Round
 	if round <= 0 {
 		round = min(DefaultRound, c.Duration/2)
+		// A round ends when its requests have, so interleaving needs
+		// requests short beside a round: one target, or replies that
+		// outlast several rounds (slow, long-lived streams), run the whole
+		// window at once instead of a round's worth of waiting per round.
+		if len(targets) == 1 || c.expectedReply() > longReply*round {
+			round = c.Duration
+		}
 	}
 	rounds := max(1, int((c.Duration+round-1)/round))
 	window := c.Duration / time.Duration(rounds)

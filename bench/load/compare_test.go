@@ -120,3 +120,30 @@ func TestBracket(t *testing.T) {
 	require.Equal(t, 20.0, lo.rate)
 	require.Nil(t, hi)
 }
+
+// Rounds interleave short requests only: one target, or replies that outlast
+// several rounds, run their whole window at once — a round ends only when
+// its requests have, so long streams in short rounds would mostly wait.
+func TestCompareRoundsFitTheReplies(t *testing.T) {
+	var a arrivals
+	two := []Target{{Name: "a", BaseURL: serve(t, a.handler("a"))}, {Name: "b", BaseURL: serve(t, a.handler("b"))}}
+	for _, tc := range []struct {
+		name    string
+		targets []Target
+		sc      Scenario
+		rounds  int
+	}{
+		{"short replies, two targets", two, Scenario{Concurrency: 1, Duration: time.Second}, 2},
+		{"one target", two[:1], Scenario{Concurrency: 1, Duration: time.Second}, 1},
+		{"long replies", two, Scenario{Concurrency: 1, Duration: time.Second, ReplyTokens: 30, ITLms: 100}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.sc.Warmup = -1
+			results, err := Compare(context.Background(), quick(t, tc.sc), tc.targets, Options{})
+			require.NoError(t, err)
+			for _, res := range results {
+				require.Equal(t, tc.rounds, res.Rounds)
+			}
+		})
+	}
+}

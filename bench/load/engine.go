@@ -154,8 +154,7 @@ func newRunner(ctx context.Context, sc *Scenario, t Target, opt Options) (*runne
 	}
 	r.maxIn = c.MaxInFlight
 	if r.maxIn == 0 && c.Mode == ModeOpen {
-		expected := time.Duration(c.TTFTms+(c.ReplyTokens+c.ReasoningTokens)*c.ITLms) * time.Millisecond
-		need := c.Rate * max(time.Second, expected).Seconds()
+		need := c.Rate * max(time.Second, c.expectedReply()).Seconds()
 		r.maxIn = max(16, int(math.Ceil(4*need)))
 	}
 	maxConns := opt.Client.MaxConns

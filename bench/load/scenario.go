@@ -239,6 +239,12 @@ func (s *Scenario) Validate() error {
 // warmup is the warm-up to run: zero when s.Warmup is negative.
 func (s *Scenario) warmup() time.Duration { return max(s.Warmup, 0) }
 
+// expectedReply is how long a reply takes by the simulator directives the
+// scenario sets (0 when it sets none).
+func (s *Scenario) expectedReply() time.Duration {
+	return time.Duration(s.TTFTms+(s.ReplyTokens+s.ReasoningTokens)*s.ITLms) * time.Millisecond
+}
+
 func checkWeight(w float64) error {
 	if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
 		return errors.New("weight must be a non-negative number")
