@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/edgegw/gateway/bench/load"
 )
@@ -158,40 +157,18 @@ func renderMemorySVG(b *strings.Builder, c *Comparison) {
 	}
 
 	// Legend: per target its figures and verdicts, then the shading.
-	const charWidth, gap = 7.0, 20.0 // at font-size 12
-	cells := make([][]string, len(lines))
-	var widths []int
+	entries := make([]legendLine, len(lines))
 	for i, l := range lines {
 		d := l.doc
-		cells[i] = []string{l.name, "start " + formatBytes(d.Start), "peak " + formatBytes(d.Peak)}
+		cells := []string{l.name, "start " + formatBytes(d.Start), "peak " + formatBytes(d.Peak)}
 		if d.AfterSamples > 0 {
-			cells[i] = append(cells[i], "after "+formatBytes(d.After))
+			cells = append(cells, "after "+formatBytes(d.After))
 		}
-		cells[i] = append(cells[i], "levels off: "+d.LevelsOff.Verdict, "comes back down: "+d.ComesBackDown.Verdict)
-		for j, c := range cells[i] {
-			if j == len(widths) {
-				widths = append(widths, 0)
-			}
-			widths[j] = max(widths[j], utf8.RuneCountInString(c))
-		}
+		cells = append(cells, "levels off: "+d.LevelsOff.Verdict, "comes back down: "+d.ComesBackDown.Verdict)
+		entries[i] = legendLine{name: l.name, color: l.color, cells: cells}
 	}
 	b.WriteString(`<g class="legend">` + "\n")
-	for i, l := range lines {
-		y := legendTop + i*legendRow
-		fmt.Fprintf(b, `<g class="legend-entry" data-target="%s">`, esc(l.name))
-		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2.5"/>`,
-			plotLeft, y-4, plotLeft+30, y-4, l.color)
-		x := float64(plotLeft + 40)
-		for j, c := range cells[i] {
-			weight, fill := "", "#404040"
-			if j == 0 {
-				weight, fill = ` font-weight="600"`, "#1a1a1a"
-			}
-			fmt.Fprintf(b, `<text x="%s" y="%d"%s fill="%s">%s</text>`, f1(x), y, weight, fill, esc(c))
-			x += float64(widths[j])*charWidth + gap
-		}
-		b.WriteString("</g>\n")
-	}
+	writeLegendRows(b, entries)
 	if afterFrom >= 0 {
 		y := legendTop + len(lines)*legendRow
 		fmt.Fprintf(b, `<rect x="%d" y="%d" width="30" height="12" fill="%s" stroke="#c4ceda"/>`, plotLeft, y-10, afterShade)

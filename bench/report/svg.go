@@ -204,34 +204,48 @@ func renderSVG(b *strings.Builder, c *Comparison, m metric) {
 }
 
 func writeLegend(b *strings.Builder, all []*series) {
-	const charWidth, gap = 7.0, 20.0 // at font-size 12
-	cells := make([][]string, len(all))
-	var widths []int
+	rows := make([]legendLine, len(all))
 	for i, s := range all {
-		cells[i] = append([]string{s.name}, legendStats(s.h, all[0].h, i == 0, len(all) > 1)...)
-		for j, c := range cells[i] {
+		rows[i] = legendLine{name: s.name, color: s.color,
+			cells: append([]string{s.name}, legendStats(s.h, all[0].h, i == 0, len(all) > 1)...)}
+		if i == 0 && len(all) > 1 {
+			rows[i].dash = ` stroke-dasharray="7 4"`
+		}
+		if s.h == nil {
+			rows[i].color, rows[i].dash = "#b3b3b3", ` stroke-dasharray="2 3"`
+		}
+	}
+	b.WriteString(`<g class="legend">` + "\n")
+	writeLegendRows(b, rows)
+	b.WriteString("</g>\n")
+}
+
+// legendLine is one line of a plot's legend: a stroke sample and its cells,
+// the first of them the target's name.
+type legendLine struct {
+	name, color, dash string
+	cells             []string
+}
+
+// writeLegendRows writes rows one under the other, their cells in columns.
+func writeLegendRows(b *strings.Builder, rows []legendLine) {
+	const charWidth, gap = 7.0, 20.0 // at font-size 12
+	var widths []int
+	for _, r := range rows {
+		for j, c := range r.cells {
 			if j == len(widths) {
 				widths = append(widths, 0)
 			}
 			widths[j] = max(widths[j], utf8.RuneCountInString(c))
 		}
 	}
-	b.WriteString(`<g class="legend">` + "\n")
-	for i, s := range all {
+	for i, r := range rows {
 		y := legendTop + i*legendRow
-		fmt.Fprintf(b, `<g class="legend-entry" data-target="%s">`, esc(s.name))
-		dash := ""
-		if i == 0 && len(all) > 1 {
-			dash = ` stroke-dasharray="7 4"`
-		}
-		color := s.color
-		if s.h == nil {
-			color, dash = "#b3b3b3", ` stroke-dasharray="2 3"`
-		}
+		fmt.Fprintf(b, `<g class="legend-entry" data-target="%s">`, esc(r.name))
 		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2.5"%s/>`,
-			plotLeft, y-4, plotLeft+30, y-4, color, dash)
+			plotLeft, y-4, plotLeft+30, y-4, r.color, r.dash)
 		x := float64(plotLeft + 40)
-		for j, c := range cells[i] {
+		for j, c := range r.cells {
 			if j == 0 {
 				fmt.Fprintf(b, `<text x="%s" y="%d" font-weight="600" fill="#1a1a1a">%s</text>`, f1(x), y, esc(c))
 			} else if c != "" {
@@ -241,7 +255,6 @@ func writeLegend(b *strings.Builder, all []*series) {
 		}
 		b.WriteString("</g>\n")
 	}
-	b.WriteString("</g>\n")
 }
 
 // legendStats is a target's figures beside its name, one per column: a few
