@@ -266,6 +266,9 @@ func compare(ctx context.Context, sc *load.Scenario, targets []load.Target, fron
 		return nil, err
 	}
 	cmp := &report.Comparison{Scenario: sc.Name, Results: results}
+	if sc.Mode == load.ModeClosed {
+		cmp.Concurrency = sc.Concurrency // streams open at once: memory per stream
+	}
 	if frontier {
 		cmp.Frontier = map[string][]report.FrontierPoint{}
 		for _, t := range targets[1:] {
