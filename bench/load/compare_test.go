@@ -147,3 +147,21 @@ func TestCompareRoundsFitTheReplies(t *testing.T) {
 		})
 	}
 }
+
+// A run counts the connections its clients opened after the warm-up: one per
+// request against a target that closes after every response, none more
+// against one that keeps them.
+func TestConnectionsOpenedAreCounted(t *testing.T) {
+	ok := func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{"object":"chat.completion"}`) }
+	closing := func(ctx *fasthttp.RequestCtx) { ok(ctx); ctx.SetConnectionClose() }
+	sc := quick(t, Scenario{Concurrency: 2, MaxRequests: 40, Duration: 5 * time.Second, Warmup: 200 * time.Millisecond})
+
+	res, err := Run(context.Background(), sc, Target{Name: "kept", BaseURL: serve(t, ok)}, Options{})
+	require.NoError(t, err)
+	require.Equal(t, int64(40), res.Completed)
+	require.Zero(t, res.Connections, "the warm-up's connections carry on")
+
+	res, err = Run(context.Background(), sc, Target{Name: "closed", BaseURL: serve(t, closing)}, Options{})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, res.Connections, res.Completed-2, "a connection per request")
+}

@@ -256,12 +256,16 @@ func (r *runner) phase(ctx context.Context, res *Result, pr *progress, warmup, w
 	}
 	pr.show(ph)
 	n := r.phases.Add(1)
+	// Connections count from the end of the warm-up.
+	r.conns.from.Store(ph.measureFrom.UnixNano())
+	opened := r.conns.opened.Load()
 	if r.sc.Mode == ModeOpen {
 		r.openLoop(ctx, ph, n)
 	} else {
 		r.closedLoop(ctx, ph)
 	}
 	stoppedAt := time.Now()
+	res.Connections += r.conns.opened.Load() - opened
 
 	wait := r.sc.Timeout
 	if ctx.Err() != nil {
@@ -459,6 +463,9 @@ func (r *runner) client1(ctx context.Context, ph *phase, w uint32) {
 type connTracker struct {
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
+	// opened counts the connections dialled from the time in from (Unix
+	// nanoseconds), the current phase's measured window.
+	opened, from atomic.Int64
 }
 
 type trackedConn struct {
@@ -481,6 +488,9 @@ func (t *connTracker) dial(dial fasthttp.DialFunc) fasthttp.DialFunc {
 		conn, err := dial(addr)
 		if err != nil {
 			return nil, err
+		}
+		if time.Now().UnixNano() >= t.from.Load() {
+			t.opened.Add(1)
 		}
 		tc := &trackedConn{Conn: conn, t: t}
 		t.mu.Lock()

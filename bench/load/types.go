@@ -122,6 +122,10 @@ type Result struct {
 	ByCode    map[string]int64 `json:"by_code"` // error codes from envelopes and stream error frames
 	Bytes     int64            `json:"bytes"`
 	Frames    int64            `json:"frames"`
+	// Connections is how many connections the client opened during the
+	// measured window: a target that closes its connection after every
+	// response (or stream) costs one per request.
+	Connections int64 `json:"connections"`
 	// Throughput is completed requests per second of the measured window.
 	Throughput float64 `json:"throughput_rps"`
 

@@ -153,9 +153,9 @@ func TestWriteText(t *testing.T) {
 	require.Contains(t, text, "baseline  direct\n")
 
 	req := textSection(t, text, "REQUESTS")
-	require.Equal(t, []string{"target", "requests", "completed", "errors", "throughput", "elapsed", "frames", "bytes"}, strings.Fields(req[0]))
-	require.Equal(t, []string{"gateway", "1003", "1000", "3", "990.0", "rps", "10.0s", "64000", "1.00", "MiB"}, row(t, req, "gateway"))
-	require.Equal(t, []string{"direct", "1000", "1000", "0", "1000.0", "rps", "10.0s", "64000", "1.00", "MiB"}, row(t, req, "direct"))
+	require.Equal(t, []string{"target", "requests", "completed", "errors", "throughput", "elapsed", "frames", "bytes", "conns"}, strings.Fields(req[0]))
+	require.Equal(t, []string{"gateway", "1003", "1000", "3", "990.0", "rps", "10.0s", "64000", "1.00", "MiB", "0"}, row(t, req, "gateway"))
+	require.Equal(t, []string{"direct", "1000", "1000", "0", "1000.0", "rps", "10.0s", "64000", "1.00", "MiB", "0"}, row(t, req, "direct"))
 
 	errs := textSection(t, text, "ERRORS")
 	require.Len(t, errs, 1)

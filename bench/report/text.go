@@ -81,7 +81,7 @@ func section(b *strings.Builder, title string) {
 func writeRequests(b *strings.Builder, d *document) {
 	section(b, "REQUESTS")
 	var t table
-	t.add("target", "requests", "completed", "errors", "throughput", "elapsed", "frames", "bytes")
+	t.add("target", "requests", "completed", "errors", "throughput", "elapsed", "frames", "bytes", "conns")
 	for _, x := range d.Targets {
 		t.add(x.Name,
 			strconv.FormatInt(x.Requests, 10),
@@ -90,7 +90,8 @@ func writeRequests(b *strings.Builder, d *document) {
 			formatRate(x.Throughput)+" rps",
 			formatMicros(float64(x.Elapsed/time.Microsecond)),
 			strconv.FormatInt(x.Frames, 10),
-			formatBytes(x.Bytes))
+			formatBytes(x.Bytes),
+			strconv.FormatInt(x.Connections, 10))
 	}
 	t.write(b, "")
 
