@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 
 	"github.com/edgegw/gateway/hotpath"
 )
@@ -156,5 +158,39 @@ func TestNextRequestOnAKeptConnectionFindsTheSlotFree(t *testing.T) {
 		resp, body, err := rc.read(t)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode, "turn %d: %s", i, body)
+	}
+}
+
+// The client's next request does not wait for the upstream to end its
+// stream after [DONE]: an upstream that holds its chunked terminator back
+// delays nothing the client sees.
+func TestNextRequestDoesNotWaitForTheUpstreamsEnd(t *testing.T) {
+	release := make(chan struct{})
+	var first atomic.Bool
+	up := newFakeUpstream(t, func(ctx *fasthttp.RequestCtx) {
+		hold := first.CompareAndSwap(false, true)
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			_, _ = w.WriteString(upstreamFrames)
+			_ = w.Flush()
+			if hold {
+				<-release // [DONE] went out; the terminator waits
+			}
+		})
+	})
+	defer close(release)
+	f := newChatFixture(t, func(o *fixtureOptions) {
+		o.dial = up.dial
+		// Only the hand-off's own bound may end the wait, not the
+		// upstream's idle bound.
+		o.upstream = func(c *UpstreamConfig) { c.StreamIdle = time.Minute }
+	})
+	rc := f.dialRaw(t)
+	for i := range 2 {
+		rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", streamBody("hi"))
+		resp, body, err := rc.read(t)
+		require.NoError(t, err, "turn %d", i)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "turn %d: %s", i, body)
+		require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "turn %d: %q", i, body)
 	}
 }

@@ -114,17 +114,22 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 		}
 		releaseTurn(t)
 		ch.gate.Release()
+		// The stream's slots are free. The client's next request is
+		// served once the upstream connection is back in the pool (its
+		// next stream then skips a dial), or after drainWait if the end of
+		// the upstream's stream is slow to come.
+		var handoff *time.Timer
 		if keep {
-			// The stream's slots are free: the client's next request is
-			// served at once, by a fresh goroutine, while this one reads
-			// the end of the upstream's stream.
-			go func() { _ = ch.serveConn(c) }()
+			handoff = time.AfterFunc(drainWait, func() { _ = ch.serveConn(c) })
 		}
 		if complete && owned {
 			drainUpstream(resp.BodyStream())
 		}
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
+		if keep && handoff.Stop() {
+			go func() { _ = ch.serveConn(c) }()
+		}
 		ch.open.Add(-1)
 		ch.streams.Done()
 	}()
@@ -135,6 +140,11 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 	// close: the connection serves the client's next request.
 	keep = owned && t.lastSent && !t.lastConn && !ch.closing.Load() && c.SetDeadline(time.Time{}) == nil
 }
+
+// drainWait bounds how long a kept client connection waits for the
+// upstream's stream to be read to its end before serving the client's next
+// request: the chunked terminator normally follows [DONE] at once.
+const drainWait = 10 * time.Millisecond
 
 // drainUpstream reads the end of a complete upstream stream — the chunked
 // body's terminator after [DONE] — so that the connection is fully read and
