@@ -21,7 +21,8 @@ var ErrKeyNotFound = errors.New("key not found")
 // KeySource is where key records come from when the cache cannot answer:
 // PostgreSQL in production. Both methods return ErrKeyNotFound for an
 // unknown hash; revoked and expired records are returned as they are, so the
-// cache can remember that they are refused.
+// cache can remember that they are refused. Each call returns a record of
+// its own: the verifier prepares it, then shares it between requests.
 type KeySource interface {
 	LookupKey(ctx context.Context, h TokenHash) (*Principal, error)
 	LookupServiceToken(ctx context.Context, h TokenHash) (*ServiceToken, error)

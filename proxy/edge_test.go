@@ -31,7 +31,8 @@ type mapSource struct {
 
 func (m *mapSource) LookupKey(_ context.Context, h hotpath.TokenHash) (*hotpath.Principal, error) {
 	if p, ok := m.users[h]; ok {
-		return p, nil
+		c := *p // a record of its own, as from the database
+		return &c, nil
 	}
 	return nil, hotpath.ErrKeyNotFound
 }

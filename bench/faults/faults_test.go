@@ -28,7 +28,8 @@ type keySource map[hotpath.TokenHash]*hotpath.Principal
 
 func (m keySource) LookupKey(_ context.Context, h hotpath.TokenHash) (*hotpath.Principal, error) {
 	if p, ok := m[h]; ok {
-		return p, nil
+		c := *p // a record of its own, as from the database
+		return &c, nil
 	}
 	return nil, hotpath.ErrKeyNotFound
 }
