@@ -21,9 +21,8 @@ import (
 // the client) and then takes the client connection over: the response head
 // is written here, and the frames are written straight to the socket from
 // one goroutine, which owns t from then on. A stream costs one goroutine and
-// no pipe. Its body is chunked (HTTP/1.1), so a stream that breaks ends
-// without the last chunk and can never be mistaken for a complete one; an
-// HTTP/1.0 client gets a body that ends with the connection.
+// no pipe. Its body is chunked (HTTP/1.1), so the connection outlives the
+// stream; an HTTP/1.0 client gets a body that ends with the connection.
 func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *hotpath.Call) error {
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = true
@@ -80,8 +79,8 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 // write runs the stream on the client connection c and frees everything the
 // stream held when it ends. owned says the stream owns c (the server kept
 // the connection for it). A complete chunked stream then hands c back to
-// the server for the client's next request, as does one that ended with
-// its wire's error frame; any other ending closes c —
+// the server for the client's next request, as does one that failed the
+// way its wire says; any other ending (the client gone, a panic) closes c —
 // which ends the client's response — before anything else. A complete
 // stream then reads what the upstream sends after [DONE] so that its
 // connection goes back to the pool rather than being closed (the next
@@ -135,9 +134,9 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 	}()
 	w := clientWriter{Conn: c, bound: t.up.cfg.StreamIdle}
 	complete = t.pump(&w, resp)
-	// The client's response ended well-formed — complete, or with the
-	// error frame its wire ends a failure with — and nothing asked to
-	// close: the connection serves the client's next request.
+	// The client's response ended well-formed — complete, or failed the
+	// way its wire says — and nothing asked to close: the connection
+	// serves the client's next request.
 	keep = owned && t.lastSent && !t.lastConn && !ch.closing.Load() && c.SetDeadline(time.Time{}) == nil
 }
 
@@ -405,11 +404,12 @@ func (t *turn) fail(w io.Writer, cerr *codec.Error) {
 		t.out = codec.AppendChunkError(t.out, cerr)
 	case ChatV2:
 		t.out = codec.AppendV2Error(t.out, cerr, t.requestID)
-	default:
-		return // the body stops short: no last chunk
 	}
-	// The error frame ends the stream the way the wire says, and the body
-	// ends well-formed.
+	// The stream ends the way its wire says — an error frame, or on
+	// /api/v1/chat no finish frame — and the HTTP body ends well-formed, so
+	// the connection can serve the client's next request. (A body cut
+	// without its last chunk would leave the connection to clients that
+	// wrongly reuse it.)
 	t.last = true
 	t.flush(w)
 }
