@@ -137,12 +137,15 @@ func newStreamHarness(t testing.TB, frames int) *streamHarness {
 	fx := newChatFixture(t, func(o *fixtureOptions) {
 		o.upstream = func(c *UpstreamConfig) { c.Transport = newStreamTransport(frames) }
 	})
-	f := &streamHarness{ln: fasthttputil.NewInmemoryListener(), buf: make([]byte, 64<<10)}
-	srv := &fasthttp.Server{Handler: fx.handler}
+	f := &streamHarness{ln: fasthttputil.NewInmemoryListener(), buf: make([]byte, 256<<10)}
+	// As the gateway's server: streams own their connections.
+	srv := &fasthttp.Server{Handler: fx.handler, KeepHijackedConns: true}
 	go func() { _ = srv.Serve(f.ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	body := strings.Replace(benchBody, `{"model"`, `{"stream":true,"model"`, 1)
-	f.req = []byte("POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + fx.key +
+	// Connection: close ends the exchange with the stream, so the client
+	// reads to the end of the connection.
+	f.req = []byte("POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nAuthorization: Bearer " + fx.key +
 		"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 	f.stream(t)
 	fx.verify.Wait()
@@ -169,8 +172,11 @@ func (f *streamHarness) stream(t testing.TB) {
 			break
 		}
 		if n == len(f.buf) {
-			n = 0
+			t.Fatal("stream larger than the harness buffer")
 		}
+	}
+	if !bytes.Contains(f.buf[:n], []byte("data: [DONE]")) || !bytes.HasSuffix(f.buf[:n], []byte("\r\n0\r\n\r\n")) {
+		t.Fatalf("not a complete stream: %q", f.buf[:min(n, 300)])
 	}
 }
 
