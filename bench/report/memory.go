@@ -97,11 +97,7 @@ func renderMemorySVG(b *strings.Builder, c *Comparison) {
 
 	// Grid and axes.
 	b.WriteString(`<g stroke="#e3e3e3" stroke-width="1">` + "\n")
-	for i := 1; ; i++ {
-		y := yBottom + float64(i)*yStep
-		if y > yTop+yStep/1e6 {
-			break
-		}
+	for _, y := range yTicks(yBottom, yTop, yStep, 1) {
 		fmt.Fprintf(b, `<line x1="%d" y1="%s" x2="%d" y2="%s"/>`+"\n", plotLeft, f1(yOf(y)), plotRight, f1(yOf(y)))
 	}
 	for i := 1; ; i++ {
@@ -117,11 +113,7 @@ func renderMemorySVG(b *strings.Builder, c *Comparison) {
 		plotLeft, plotTop, plotBottom, plotRight)
 
 	b.WriteString(`<g fill="#404040" text-anchor="end">` + "\n")
-	for i := 0; ; i++ {
-		y := yBottom + float64(i)*yStep
-		if y > yTop+yStep/1e6 {
-			break
-		}
+	for _, y := range yTicks(yBottom, yTop, yStep, 0) {
 		fmt.Fprintf(b, `<text x="%d" y="%s">%s</text>`+"\n", plotLeft-8, f1(yOf(y)+4), esc(unitLabel(y, yStep, "MiB")))
 	}
 	b.WriteString("</g>\n")

@@ -138,11 +138,7 @@ func renderSVG(b *strings.Builder, c *Comparison, m metric) {
 
 	// Grid and axes.
 	b.WriteString(`<g stroke="#e3e3e3" stroke-width="1">` + "\n")
-	for i := 1; ; i++ {
-		y := yBottom + float64(i)*yStep
-		if y > yTop+yStep/1e6 {
-			break
-		}
+	for _, y := range yTicks(yBottom, yTop, yStep, 1) {
 		fmt.Fprintf(b, `<line x1="%d" y1="%s" x2="%d" y2="%s"/>`+"\n", plotLeft, f1(yOf(y)), plotRight, f1(yOf(y)))
 	}
 	for x := 1; x <= nines+1; x++ {
@@ -154,11 +150,7 @@ func renderSVG(b *strings.Builder, c *Comparison, m metric) {
 
 	// Y tick labels.
 	b.WriteString(`<g fill="#404040" text-anchor="end">` + "\n")
-	for i := 0; ; i++ {
-		y := yBottom + float64(i)*yStep
-		if y > yTop+yStep/1e6 {
-			break
-		}
+	for _, y := range yTicks(yBottom, yTop, yStep, 0) {
 		fmt.Fprintf(b, `<text x="%d" y="%s">%s</text>`+"\n", plotLeft-8, f1(yOf(y)+4), esc(tickLabel(y, yTop, yStep)))
 	}
 	b.WriteString("</g>\n")
@@ -201,6 +193,19 @@ func renderSVG(b *strings.Builder, c *Comparison, m metric) {
 
 	writeLegend(b, all)
 	b.WriteString("</svg>\n")
+}
+
+// yTicks lists the values on a y axis from yBottom up to yTop in steps of
+// yStep, starting at step first (0 includes yBottom itself).
+func yTicks(yBottom, yTop, yStep float64, first int) []float64 {
+	var ts []float64
+	for i := first; ; i++ {
+		y := yBottom + float64(i)*yStep
+		if y > yTop+yStep/1e6 {
+			return ts
+		}
+		ts = append(ts, y)
+	}
 }
 
 func writeLegend(b *strings.Builder, all []*series) {
