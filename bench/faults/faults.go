@@ -351,7 +351,6 @@ func (r *runner) judge(c Case, w frameorder.Wire, want Expect, a *answer) (bool,
 	}
 	got := Expect{Status: a.status}
 	var notes []string
-	readErr := a.readErr
 	if c.Stream {
 		if !strings.HasPrefix(a.contentType, "text/event-stream") {
 			notes = append(notes, "content-type "+strconv.Quote(a.contentType)+", not a stream")
@@ -369,8 +368,8 @@ func (r *runner) judge(c Case, w frameorder.Wire, want Expect, a *answer) (bool,
 			notes = append(notes, "no completion in the body")
 		}
 	}
-	if readErr != nil {
-		notes = append(notes, "read error: "+short(readErr))
+	if a.readErr != nil {
+		notes = append(notes, "read error: "+short(a.readErr))
 	}
 	s := got.String()
 	if len(notes) > 0 {
