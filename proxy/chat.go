@@ -201,12 +201,12 @@ type turn struct {
 	ttft  time.Duration
 
 	// A stream's framing: chunked (HTTP/1.1) or ended by closing the
-	// connection; the connection closes after it (lastConn); t.out holds
-	// the response head (headOut) before its first frame, which starts at
+	// connection; the connection closes after it (lastConn); before the
+	// first flush t.out holds the response head, and the frames start at
 	// mark; last adds the final chunk to the next flush, and lastSent says
 	// it went out.
-	chunked, lastConn, headOut, last, lastSent bool
-	mark                                       int
+	chunked, lastConn, last, lastSent bool
+	mark                              int
 }
 
 var turnPool = sync.Pool{New: func() any { return new(turn) }}

@@ -52,7 +52,7 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 		t.lastConn = true
 	}
 	t.out = h.AppendBytes(t.out[:0])
-	t.headOut = true
+	t.mark = len(t.out) // the head goes out with the first frame
 	t.beginFrame()
 	ctx.HijackSetNoResponse(true)
 	c.UsageDetached = true
@@ -137,7 +137,10 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 	// The client's response ended well-formed — complete, or failed the
 	// way its wire says — and nothing asked to close: the connection
 	// serves the client's next request.
-	keep = owned && t.lastSent && !t.lastConn && !ch.closing.Load() && c.SetDeadline(time.Time{}) == nil
+	keep = owned && t.lastSent && !t.lastConn && !ch.closing.Load()
+	if keep {
+		keep = c.SetDeadline(time.Time{}) == nil // the server sets its own
+	}
 }
 
 // drainWait bounds how long a kept client connection waits for the
@@ -421,13 +424,10 @@ const chunkRoom = 10
 var lastChunk = []byte("0\r\n\r\n")
 
 // beginFrame empties t.out for the next frames, keeping room in front for
-// the chunk-size line. The response head, when it is in t.out, stays.
+// the chunk-size line. The response head, when it is still in t.out (before
+// the first flush), stays.
 func (t *turn) beginFrame() {
-	if t.mark = 0; t.headOut {
-		t.mark = len(t.out)
-	} else {
-		t.out = t.out[:0]
-	}
+	t.out = t.out[:t.mark]
 	if t.chunked {
 		t.out = append(t.out, make([]byte, chunkRoom)...)
 	}
@@ -466,7 +466,7 @@ func (t *turn) flush(w io.Writer) bool {
 			t.out = append(t.out, lastChunk...)
 		}
 	}
-	t.headOut, t.mark = false, 0
+	t.mark = 0
 	if from < len(t.out) {
 		if _, err := w.Write(t.out[from:]); err != nil {
 			return false
