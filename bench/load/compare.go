@@ -19,10 +19,12 @@ const longReply = 5
 // the measured duration is split into rounds (Options.Round, default 2 s),
 // and each round runs every target in turn for the round's length, the
 // order rotating by one each round. A target's rounds are merged into one
-// result. MaxRequests, when set, is shared out among the rounds. The
-// targets whose memory is sampled are sampled for sc.Cooldown more after
-// the last round, together. Results are in the order of targets. When ctx ends early, Compare returns what
-// was measured so far together with ctx's error.
+// result. MaxRequests, when set, is shared out among the rounds. One
+// target, or replies longer than longReply rounds, run the whole window as
+// one round. The targets whose memory is sampled are sampled for
+// sc.Cooldown more after the last round, together. Results are in the
+// order of targets. When ctx ends early, Compare returns what was measured
+// so far together with ctx's error.
 func Compare(ctx context.Context, sc *Scenario, targets []Target, opt Options) ([]*Result, error) {
 	if len(targets) == 0 {
 		return nil, errors.New("cannot compare: no target")
