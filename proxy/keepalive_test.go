@@ -188,3 +188,17 @@ func TestNextRequestDoesNotWaitForTheUpstreamsEnd(t *testing.T) {
 		require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "turn %d: %q", i, body)
 	}
 }
+
+// Once shutdown begins, a stream says it closes its connection and does.
+func TestStreamsCloseTheirConnectionOnceShutdownBegins(t *testing.T) {
+	f := newChatFixture(t)
+	rc := f.dialRaw(t)
+	f.chat.StopKeepAlive()
+	rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", streamBody("hi [[sim:tokens=3]]"))
+	resp, body, err := rc.read(t)
+	require.NoError(t, err)
+	require.True(t, resp.Close)
+	require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "%q", body)
+	_, err = rc.br.ReadByte()
+	require.ErrorIs(t, err, io.EOF)
+}
