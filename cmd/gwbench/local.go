@@ -76,11 +76,12 @@ func parseTargets(s string) (map[string]bool, error) {
 
 func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
-	var bin, dbURL, scenarios, targetList string
+	var bin, dbURL, scenarios, targetList, gwFlags string
 	fs := flag.NewFlagSet("gwbench local", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.flags(fs)
 	fs.StringVar(&bin, "gateway-bin", filepath.Join(".data", "bin", "gateway"), "the gateway binary (make build)")
+	fs.StringVar(&gwFlags, "gateway-flags", "", "more flags for `gateway serve`, space-separated; they come last, so they override the run's own (for example --admin-addr 127.0.0.1:9090 to read its metrics and profiles during the run)")
 	fs.StringVar(&dbURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL for the gateway [$DATABASE_URL]")
 	fs.StringVar(&scenarios, "scenarios", "chat-nonstream,chat-stream-256tok", "comma-separated scenarios to compare")
 	frontier := fs.Bool("frontier", false, "also search the throughput frontier (slower)")
@@ -121,11 +122,12 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(stackConfig, simURL+"/v1")), 0o600); err != nil {
 		return err
 	}
+	// One process: counters in process, as a single gateway runs, even
+	// when REDIS_URL is in the environment.
+	serve := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "", "--redis-url", "", "--config", cfg,
+		"--demo", "--log-level", "info"}, strings.Fields(gwFlags)...)
 	gw, err := child.Start(ctx, "gateway", bin, []string{"DATABASE_URL=" + dbURL},
-		[]string{"listening", "key invalidation channel listening"},
-		// One process: counters in process, as a single gateway runs,
-		// even when REDIS_URL is in the environment.
-		"serve", "--addr", "127.0.0.1:0", "--admin-addr", "", "--redis-url", "", "--config", cfg, "--demo", "--log-level", "info")
+		[]string{"listening", "key invalidation channel listening"}, serve...)
 	if err != nil {
 		return err
 	}
