@@ -191,6 +191,7 @@ func TestServeRefusesInvalidConfiguration(t *testing.T) {
 		{"bad env value", []string{"--database-url", "postgres://x@127.0.0.1/db"}, map[string]string{"GATEWAY_ACCESS_LOG": "maybe"}, "GATEWAY_ACCESS_LOG"},
 		{"bad redis", []string{"--database-url", "postgres://x@127.0.0.1/db", "--redis-url", "http://x"}, nil, "redis-url"},
 		{"bad timeout", []string{"--database-url", "postgres://x@127.0.0.1/db", "--read-timeout", "0s"}, nil, "read-timeout"},
+		{"negative memory return", []string{"--database-url", "postgres://x@127.0.0.1/db", "--memory-return-interval", "-1s"}, nil, "memory-return-interval"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -52,6 +52,9 @@ type serveConfig struct {
 	// RetentionInterval is how often this process runs the conversation
 	// retention job; zero disables it here.
 	RetentionInterval time.Duration
+	// MemoryReturn is how often this process checks whether it has gone
+	// quiet and holds freed heap worth returning; zero disables it.
+	MemoryReturn time.Duration
 	// Ledger configures the request log's writer and spool.
 	Ledger storage.LedgerConfig
 
@@ -81,6 +84,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SimITL, "sim-itl", 0, "time between tokens of the in-process simulator")
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key replay is kept")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Minute, "how often this process deletes conversations past their retention deadline (one process at a time, under an advisory lock); 0 disables it here")
+	fs.DurationVar(&c.MemoryReturn, "memory-return-interval", 30*time.Second, "how often this process checks whether it has gone quiet (almost nothing allocated since the last check) while holding freed heap, and then returns that memory to the system at once; 0 leaves it to the Go runtime's own pace")
 	fs.StringVar(&c.Ledger.SpoolDir, "ledger-spool-dir", ".data/spool", "directory where request-log rows wait while PostgreSQL is unreachable")
 	fs.Int64Var(&c.Ledger.SpoolMaxBytes, "ledger-spool-max-bytes", 1<<30, "bound of this process's ledger spool, bytes")
 	fs.IntVar(&c.Ledger.QueueSize, "ledger-queue-size", 16384, "request-log rows held in memory for the writer")
@@ -140,6 +144,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.RetentionInterval < 0 {
 		return errors.New("retention-interval: must not be negative")
+	}
+	if c.MemoryReturn < 0 {
+		return errors.New("memory-return-interval: must not be negative")
 	}
 	if err := c.Ledger.Validate(); err != nil {
 		return err
@@ -262,8 +269,16 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		defer close(a.done)
 		retained := make(chan struct{})
 		go func() { defer close(retained); retention.Run(bg) }()
+		returned := make(chan struct{})
+		go func() {
+			defer close(returned)
+			if cfg.MemoryReturn > 0 {
+				newMemoryReturn(cfg.MemoryReturn, log).Run(bg)
+			}
+		}()
 		a.db.ListenKeys(bg, a.verifier, storage.ListenConfig{}, log)
 		<-retained
+		<-returned
 	}()
 
 	set := metrics.NewSet()
