@@ -32,12 +32,24 @@ type Call struct {
 
 	// Usage is the request's ledger row as the route fills it in (tier,
 	// tokens, cost, billed). The edge completes and records it when the
-	// handler returns, unless UsageDetached says a stream took the row over
-	// and records it when it ends.
-	Usage         UsageRecord
-	UsageDetached bool
-	// ErrorCode is the code the edge answered with; 0 on success.
+	// request ends.
+	Usage UsageRecord
+	// ErrorCode is the code the request was answered with; 0 on success.
 	ErrorCode codec.Code
+
+	// Detached says the handler took the request over and answers it after
+	// returning (a stream owns its connection): the edge then leaves the
+	// request's ending — its metrics, access log line and ledger row, and
+	// this Call's release — to the handler, which calls Ender.End once.
+	Detached bool
+	// Ender ends the request on its route; the edge sets it.
+	Ender Ender
+}
+
+// Ender ends a request a handler took over: status is what the client was
+// answered, and a non-nil err the error it was answered with.
+type Ender interface {
+	End(c *Call, status int, err *codec.Error)
 }
 
 var callPool = sync.Pool{New: func() any { return new(Call) }}

@@ -146,6 +146,14 @@ func (ch *Chat) Register(rt *Router) {
 	})
 }
 
+// wire is the envelope the route answers errors in.
+func (w ChatWire) wire() Wire {
+	if w == ChatOpenAI {
+		return WireOpenAI
+	}
+	return WireAPI
+}
+
 // routeName is the wire's route name in metrics, logs and the ledger.
 func (w ChatWire) routeName() string {
 	switch w {
@@ -196,8 +204,8 @@ type turn struct {
 	poolsLow  bool
 	billed    bool
 	estimated bool
-	// usage is a stream's ledger row, which outlives the Call.
-	usage hotpath.UsageRecord
+	// hcall is a stream's Call, which it ends when the stream does.
+	hcall *hotpath.Call
 	ttft  time.Duration
 
 	// A stream's framing: chunked (HTTP/1.1) or ended by closing the
@@ -389,10 +397,8 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		return false, err
 	}
 	if t.req.Stream {
-		if t.ch.cfg.Usage != nil {
-			FillUsage(&t.usage, c, t.wire.routeName())
-		}
-		return true, t.openStream(ctx, upReq, c)
+		t.openStream(ctx, upReq, c)
+		return true, nil
 	}
 	err = t.complete(ctx, upReq, claim)
 	fasthttp.ReleaseRequest(upReq)

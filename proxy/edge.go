@@ -95,35 +95,64 @@ func (e *Edge) newRouteMetrics(name string) *routeMetrics {
 
 // Wrap returns the fasthttp handler for one route. Metrics are registered
 // here, once, never looked up per request.
-func (e *Edge) Wrap(a hotpath.Access, wire Wire, h Handler) fasthttp.RequestHandler {
-	m := e.newRouteMetrics(a.Name)
+func (e *Edge) Wrap(method string, a hotpath.Access, wire Wire, h Handler) fasthttp.RequestHandler {
+	end := &routeEnd{e: e, m: e.newRouteMetrics(a.Name), a: a, method: method}
 	return func(ctx *fasthttp.RequestCtx) {
 		c := hotpath.AcquireCall()
-		c.Start = time.Now()
+		c.Start, c.Ender = time.Now(), end
 		c.SetID(ctx.Request.Header.Peek(HeaderRequestID))
 		ctx.Response.Header.SetBytesV(HeaderRequestID, c.ID())
 		if err := e.serve(ctx, c, a, h); err != nil {
 			e.writeError(ctx, c, wire, err)
 		}
-		status := ctx.Response.StatusCode()
-		if cls := status / 100; cls >= 1 && cls <= 5 {
-			m.byClass[cls].Inc()
+		if c.Detached {
+			return // the handler ends it
 		}
-		m.duration.UpdateDuration(c.Start)
-		if e.accessLog {
-			e.logAccess(ctx, c, a, status)
-		}
-		if e.usage != nil && c.User != nil && !c.UsageDetached && !a.Unlogged {
-			r := &c.Usage
-			FillUsage(r, c, a.Name)
-			r.Status, r.DurationUS = status, time.Since(c.Start).Microseconds()
-			if c.ErrorCode != 0 {
-				r.ErrorCode = c.ErrorCode.String()
-			}
-			e.usage.Record(r)
-		}
-		hotpath.ReleaseCall(c)
+		end.finish(c, ctx.Method(), ctx.Response.StatusCode())
 	}
+}
+
+// routeEnd ends one route's requests: it counts them, logs them and records
+// their ledger rows.
+type routeEnd struct {
+	e      *Edge
+	m      *routeMetrics
+	a      hotpath.Access
+	method string
+}
+
+// End ends a request its handler took over (hotpath.Call.Detached).
+func (r *routeEnd) End(c *hotpath.Call, status int, err *codec.Error) {
+	if err != nil {
+		r.e.countError(c, err)
+	}
+	r.finish(c, nil, status)
+}
+
+// finish counts, logs and records the request and releases c. method is
+// the request's, or nil for the route's own.
+func (r *routeEnd) finish(c *hotpath.Call, method []byte, status int) {
+	e, m, a := r.e, r.m, r.a
+	if cls := status / 100; cls >= 1 && cls <= 5 {
+		m.byClass[cls].Inc()
+	}
+	m.duration.UpdateDuration(c.Start)
+	if e.accessLog {
+		if method == nil {
+			method = []byte(r.method)
+		}
+		e.logAccess(method, c, a, status)
+	}
+	if e.usage != nil && c.User != nil && !a.Unlogged {
+		u := &c.Usage
+		FillUsage(u, c, a.Name)
+		u.Status, u.DurationUS = status, time.Since(c.Start).Microseconds()
+		if c.ErrorCode != 0 {
+			u.ErrorCode = c.ErrorCode.String()
+		}
+		e.usage.Record(u)
+	}
+	hotpath.ReleaseCall(c)
 }
 
 func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, h Handler) (err error) {
@@ -251,25 +280,35 @@ func (e *Edge) writeError(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire Wire, 
 		e.log.Error("request failed", "request_id", c.IDString(), "err", err)
 		cerr = codec.ErrInternal
 	}
+	e.countError(c, cerr)
+	WriteError(ctx, wire, cerr, c.ID())
+}
+
+// countError counts cerr as the request's answer.
+func (e *Edge) countError(c *hotpath.Call, cerr *codec.Error) {
 	if int(cerr.Code) < len(e.errors) && e.errors[cerr.Code] != nil {
 		e.errors[cerr.Code].Inc()
 	}
 	c.ErrorCode = cerr.Code
-	WriteError(ctx, wire, cerr, c.ID())
 }
 
 // WriteError writes cerr as the whole response in the wire's envelope, with
 // the headers its code calls for.
 func WriteError(ctx *fasthttp.RequestCtx, wire Wire, cerr *codec.Error, requestID []byte) {
+	writeError(&ctx.Response, wire, cerr, requestID)
+}
+
+func writeError(resp *fasthttp.Response, wire Wire, cerr *codec.Error, requestID []byte) {
 	status := cerr.Status()
-	ctx.Response.ResetBody()
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
+	resp.ResetBody()
+	resp.SetStatusCode(status)
+	resp.Header.SetContentType("application/json")
 	if status == fasthttp.StatusUnauthorized {
-		ctx.Response.Header.Set(headerWWWAuthenticate, "Bearer")
+		resp.Header.Set(headerWWWAuthenticate, "Bearer")
 	}
 	if cerr.Detail.RetryAfter > 0 {
-		ctx.Response.Header.SetBytesV(headerRetryAfter, appendInt(nil, cerr.Detail.RetryAfter))
+		var b [20]byte
+		resp.Header.SetBytesV(headerRetryAfter, appendInt(b[:0], cerr.Detail.RetryAfter))
 	}
 	b := bytebufferpool.Get()
 	if wire == WireOpenAI {
@@ -277,7 +316,7 @@ func WriteError(ctx *fasthttp.RequestCtx, wire Wire, cerr *codec.Error, requestI
 	} else {
 		b.B = codec.AppendV1Error(b.B, cerr, requestID)
 	}
-	ctx.SetBody(b.B)
+	resp.SetBody(b.B)
 	bytebufferpool.Put(b)
 }
 
@@ -294,7 +333,7 @@ func appendInt(dst []byte, n int) []byte {
 	return append(dst, tmp[i:]...)
 }
 
-func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, status int) {
+func (e *Edge) logAccess(method []byte, c *hotpath.Call, a hotpath.Access, status int) {
 	keyID := ""
 	if c.User != nil {
 		keyID = c.User.KeyID
@@ -303,7 +342,7 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Ac
 	}
 	e.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
 		slog.String("request_id", c.IDString()),
-		slog.String("method", string(ctx.Method())),
+		slog.String("method", string(method)),
 		slog.String("route", a.Name),
 		slog.Int("status", status),
 		slog.Duration("duration", time.Since(c.Start)),

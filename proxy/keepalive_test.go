@@ -202,3 +202,60 @@ func TestStreamsCloseTheirConnectionOnceShutdownBegins(t *testing.T) {
 	_, err = rc.br.ReadByte()
 	require.ErrorIs(t, err, io.EOF)
 }
+
+// A stream the upstream refuses before its first byte is answered on the
+// connection the stream took over as the edge answers any refusal — status,
+// envelope, the request id, version and rate headers — with a body of
+// known length, so the connection serves the client's next request. The
+// refusal counts on its route as what it was, and its ledger row says so.
+func TestStreamsRefusedBeforeTheirFirstByteKeepTheirConnection(t *testing.T) {
+	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(nil))
+	sink := &recordingSink{}
+	f := newChatFixture(t, withLimits(l, sink, uncapped()))
+	rc := f.dialRaw(t)
+	cases := []struct {
+		path, directive, code string
+		status                int
+	}{
+		{"/v1/chat/completions", "[[sim:fault=rate_limited]]", `"code":"upstream_overloaded"`, http.StatusServiceUnavailable},
+		{"/api/v1/chat", "[[sim:status=503]]", `"code":"upstream_overloaded"`, http.StatusServiceUnavailable},
+		{"/api/v2/chat", "[[sim:fault=context_length]]", `"code":"context_overflow"`, http.StatusBadRequest},
+	}
+	for i, c := range cases {
+		rc.send(t, f, "HTTP/1.1", "POST", c.path, streamBody("hi "+c.directive), "X-Request-Id", fmt.Sprintf("refused-%d", i))
+		resp, body, err := rc.read(t)
+		require.NoError(t, err, c.path)
+		require.Equal(t, c.status, resp.StatusCode, "%s: %s", c.path, body)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), c.path)
+		require.Equal(t, int64(len(body)), resp.ContentLength, c.path)
+		require.Contains(t, string(body), c.code, c.path)
+		require.Equal(t, fmt.Sprintf("refused-%d", i), resp.Header.Get("X-Request-Id"), c.path)
+		require.NotEmpty(t, resp.Header.Get("Gateway-Version"), c.path)
+		require.Equal(t, "600", resp.Header.Get("X-RateLimit-Limit"), c.path)
+		require.False(t, resp.Close, c.path)
+	}
+	rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", streamBody("hi [[sim:tokens=2]]"))
+	resp, body, err := rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+
+	require.Eventually(t, func() bool { return len(sink.all()) == len(cases)+1 }, 2*time.Second, time.Millisecond)
+	rows := map[string]hotpath.UsageRecord{}
+	for _, row := range sink.all() {
+		rows[row.RequestID] = row
+	}
+	for i, c := range cases {
+		row := rows[fmt.Sprintf("refused-%d", i)]
+		require.Equal(t, c.status, row.Status, c.path)
+		require.Equal(t, strings.Trim(strings.TrimPrefix(c.code, `"code":`), `"`), row.ErrorCode, c.path)
+		require.True(t, row.Stream, c.path)
+		require.False(t, row.Billed, c.path)
+		require.Equal(t, "key-1", row.KeyID, c.path)
+	}
+	require.Equal(t, 1.0, metricValue(t, f, `gateway_requests_total{route="chat_openai",status="5xx"}`))
+	require.Equal(t, 1.0, metricValue(t, f, `gateway_requests_total{route="chat_openai",status="2xx"}`))
+	require.Equal(t, 1.0, metricValue(t, f, `gateway_requests_total{route="chat_v2",status="4xx"}`))
+	require.Equal(t, 2.0, metricValue(t, f, `gateway_errors_total{code="upstream_overloaded"}`))
+	require.Equal(t, 1.0, metricValue(t, f, `gateway_errors_total{code="context_overflow"}`))
+	require.Zero(t, f.chat.gate.InFlight(), "every slot came back")
+}

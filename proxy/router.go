@@ -45,8 +45,8 @@ func NewRouter(edge *Edge) *Router {
 	rt := &Router{edge: edge, r: r}
 	notFound := func(code *codec.Error) fasthttp.RequestHandler {
 		h := func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error { return code }
-		api := edge.Wrap(hotpath.Access{Name: "unmatched"}, WireAPI, h)
-		openai := edge.Wrap(hotpath.Access{Name: "unmatched"}, WireOpenAI, h)
+		api := edge.Wrap("", hotpath.Access{Name: "unmatched"}, WireAPI, h)
+		openai := edge.Wrap("", hotpath.Access{Name: "unmatched"}, WireOpenAI, h)
 		return func(ctx *fasthttp.RequestCtx) {
 			if wireOf(string(ctx.Path())) == WireOpenAI {
 				openai(ctx)
@@ -72,7 +72,7 @@ func (rt *Router) Handle(method, path string, a hotpath.Access, h func(*fasthttp
 
 // HandleOnly registers a route at exactly one path.
 func (rt *Router) HandleOnly(method, path string, a hotpath.Access, h func(*fasthttp.RequestCtx, *hotpath.Call) error) {
-	rt.r.Handle(method, path, rt.edge.Wrap(a, wireOf(path), h))
+	rt.r.Handle(method, path, rt.edge.Wrap(method, a, wireOf(path), h))
 }
 
 // Handler returns the fasthttp handler serving the table.

@@ -17,13 +17,49 @@ import (
 	"github.com/edgegw/gateway/hotpath"
 )
 
-// openStream calls the upstream (retrying only while nothing has reached
-// the client) and then takes the client connection over: the response head
-// is written here, and the frames are written straight to the socket from
-// one goroutine, which owns t from then on. A stream costs one goroutine and
-// no pipe. Its body is chunked (HTTP/1.1), so the connection outlives the
-// stream; an HTTP/1.0 client gets a body that ends with the connection.
-func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *hotpath.Call) error {
+// openStream takes the client connection over and runs the stream from its
+// own goroutine: the upstream call (retried only while nothing has reached
+// the client), then the frames, written straight to the socket. The request
+// context and the server's read buffer go back before the upstream is
+// called, so a stream waiting for its first token holds only its own
+// state. Its body is chunked (HTTP/1.1), so the connection outlives the
+// stream; an HTTP/1.0 client gets a body that ends with the connection. A
+// refusal before the first byte is answered on the connection as the edge
+// would answer it.
+func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *hotpath.Call) {
+	ch := t.ch
+	t.chunked = ctx.Request.Header.IsHTTP11()
+	t.lastConn = !t.chunked || !ch.cfg.ConnsKept || ch.serveConn == nil || ch.closing.Load() ||
+		ctx.Request.Header.ConnectionClose()
+	// The head so far — request id, version, rate headers — is the stream's
+	// head or its refusal's.
+	head := fasthttp.AcquireResponse()
+	ctx.Response.Header.CopyTo(&head.Header)
+	ctx.HijackSetNoResponse(true)
+	c.Detached = true
+	t.hcall = c
+	ch.streams.Add(1)
+	ch.open.Add(1)
+	ctx.Hijack(func(conn net.Conn) {
+		if ch.cfg.ConnsKept {
+			// The server keeps the connection after this returns and
+			// hands its request context back to its pool; the raw socket
+			// leaves the server's read buffer behind for the collector.
+			// A stream only writes.
+			if u, ok := conn.(interface{ UnsafeConn() net.Conn }); ok {
+				conn = u.UnsafeConn()
+			}
+			go t.open(conn, req, head, true)
+			return
+		}
+		t.open(conn, req, head, false)
+	})
+}
+
+// open calls the upstream and either answers the refusal or starts the
+// stream. owned says the stream owns conn (the server kept the connection
+// for it).
+func (t *turn) open(conn net.Conn, req *fasthttp.Request, head *fasthttp.Response, owned bool) {
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = true
 	cerr := t.call(t.up.stream, req, resp, time.Now().Add(t.up.cfg.StreamMax))
@@ -31,66 +67,66 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 	if cerr != nil {
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
-		return cerr
+		t.refuse(conn, head, cerr, owned)
+		return
 	}
-	h := &ctx.Response.Header
+	h := &head.Header
 	h.SetContentType("text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	t.chunked = ctx.Request.Header.IsHTTP11()
-	if t.chunked {
-		h.SetContentLength(-1)
-		ch := t.ch
-		if !ch.cfg.ConnsKept || ch.serveConn == nil || ch.closing.Load() || ctx.Request.Header.ConnectionClose() {
-			// Still chunked, so that the last chunk says the stream
-			// ended well; the connection closes after it.
-			h.SetConnectionClose()
-			t.lastConn = true
-		}
-	} else {
+	switch {
+	case !t.chunked:
 		h.SetContentLength(-2) // the body ends with the connection
-		t.lastConn = true
+	case t.lastConn:
+		// Still chunked, so that the last chunk says the stream ended
+		// well; the connection closes after it.
+		h.SetContentLength(-1)
+		h.SetConnectionClose()
+	default:
+		h.SetContentLength(-1)
 	}
 	t.out = h.AppendBytes(t.out[:0])
+	fasthttp.ReleaseResponse(head)
 	t.mark = len(t.out) // the head goes out with the first frame
 	t.beginFrame()
-	ctx.HijackSetNoResponse(true)
-	c.UsageDetached = true
-	ch := t.ch
-	ch.streams.Add(1)
-	ch.open.Add(1)
-	ctx.Hijack(func(c net.Conn) {
-		if ch.cfg.ConnsKept {
-			// The server keeps the connection after this returns and
-			// hands its request context back to its pool; the raw socket
-			// leaves the server's read buffer behind for the collector.
-			// A stream needs neither: it only writes.
-			if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
-				c = u.UnsafeConn()
-			}
-			go t.write(c, resp, true)
-			return
-		}
-		t.write(c, resp, false)
-	})
-	return nil
+	if owned {
+		// The frames run on a fresh goroutine: this one's stack grew in
+		// the upstream call, and an open stream would keep it.
+		go t.write(conn, resp, true)
+		return
+	}
+	t.write(conn, resp, false)
 }
 
-// write runs the stream on the client connection c and frees everything the
-// stream held when it ends. owned says the stream owns c (the server kept
-// the connection for it). A complete chunked stream then hands c back to
-// the server for the client's next request, as does one that failed the
-// way its wire says; any other ending (the client gone, a panic) closes c —
-// which ends the client's response — before anything else. A complete
-// stream then reads what the upstream sends after [DONE] so that its
-// connection goes back to the pool rather than being closed (the next
-// stream then skips a dial).
+// refuse answers a stream the upstream refused before its first byte: the
+// whole response, in the wire's envelope, with the head the edge set. The
+// body has its length, so the connection can serve the client's next
+// request.
+func (t *turn) refuse(conn net.Conn, head *fasthttp.Response, cerr *codec.Error, owned bool) {
+	writeError(head, t.wire.wire(), cerr, t.requestID)
+	if t.lastConn {
+		head.Header.SetConnectionClose()
+	}
+	head.Header.SetContentLength(len(head.Body()))
+	t.out = head.Header.AppendBytes(t.out[:0])
+	t.out = append(t.out, head.Body()...)
+	status := head.StatusCode()
+	fasthttp.ReleaseResponse(head)
+	w := clientWriter{Conn: conn, bound: t.up.cfg.StreamIdle}
+	_, err := w.Write(t.out)
+	keep := err == nil && owned && !t.lastConn && !t.ch.closing.Load() && conn.SetDeadline(time.Time{}) == nil
+	t.end(conn, nil, status, cerr, owned, keep, false)
+}
+
+// write runs the stream on the client connection c. A complete chunked
+// stream then hands c back to the server for the client's next request, as
+// does one that failed the way its wire says; any other ending (the client
+// gone, a panic) closes c — which ends the client's response.
 //
 // Handing c back drops nothing the client sent: the server had read the
 // whole request, and clients never pipeline behind a POST (RFC 9112 §9.3.2),
 // so nothing else was waiting in the read buffer the stream let go of.
 func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
-	ch := t.ch
 	complete := false
 	keep := false
 	defer func() {
@@ -98,49 +134,58 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 		// not take the process down, and must free everything.
 		if r := recover(); r != nil {
 			complete, keep = false, false
-			ch.cfg.Log.Error("stream writer panicked", "request_id", string(t.requestID), "panic", fmt.Sprint(r),
+			t.ch.cfg.Log.Error("stream writer panicked", "request_id", string(t.requestID), "panic", fmt.Sprint(r),
 				"stack", string(debug.Stack()))
 		}
-		if owned && !keep {
-			_ = c.Close()
-		}
-		t.admitted()
-		if sink := ch.cfg.Usage; sink != nil {
-			r := &t.usage
-			t.account(r)
-			r.Status, r.DurationUS = fasthttp.StatusOK, time.Since(t.start).Microseconds()
-			sink.Record(r)
-		}
-		releaseTurn(t)
-		ch.gate.Release()
-		// The stream's slots are free. The client's next request is
-		// served once the upstream connection is back in the pool (its
-		// next stream then skips a dial), or after drainWait if the end of
-		// the upstream's stream is slow to come.
-		var handoff *time.Timer
-		if keep {
-			handoff = time.AfterFunc(drainWait, func() { _ = ch.serveConn(c) })
-		}
-		if complete && owned {
-			drainUpstream(resp.BodyStream())
-		}
-		_ = resp.CloseBodyStream()
-		fasthttp.ReleaseResponse(resp)
-		if keep && handoff.Stop() {
-			go func() { _ = ch.serveConn(c) }()
-		}
-		ch.open.Add(-1)
-		ch.streams.Done()
+		t.end(c, resp, fasthttp.StatusOK, nil, owned, keep, complete)
 	}()
 	w := clientWriter{Conn: c, bound: t.up.cfg.StreamIdle}
 	complete = t.pump(&w, resp)
 	// The client's response ended well-formed — complete, or failed the
 	// way its wire says — and nothing asked to close: the connection
 	// serves the client's next request.
-	keep = owned && t.lastSent && !t.lastConn && !ch.closing.Load()
+	keep = owned && t.lastSent && !t.lastConn && !t.ch.closing.Load()
 	if keep {
 		keep = c.SetDeadline(time.Time{}) == nil // the server sets its own
 	}
+}
+
+// end frees everything the stream held, once, however it ended: conn is
+// closed unless keep hands it back to the server, the budgets are settled
+// and the slots given back, the request is ended on its route (its ledger
+// row written), and the upstream response, when there is one, is read to
+// its end (complete) and released.
+func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *codec.Error, owned, keep, complete bool) {
+	ch := t.ch
+	if owned && !keep {
+		_ = conn.Close()
+	}
+	t.admitted()
+	c := t.hcall
+	t.account(&c.Usage)
+	c.Ender.End(c, status, cerr)
+	releaseTurn(t)
+	ch.gate.Release()
+	// The stream's slots are free. The client's next request is served
+	// once the upstream connection is back in the pool (its next stream
+	// then skips a dial), or after drainWait if the end of the upstream's
+	// stream is slow to come.
+	var handoff *time.Timer
+	if keep {
+		handoff = time.AfterFunc(drainWait, func() { _ = ch.serveConn(conn) })
+	}
+	if resp != nil {
+		if complete && owned {
+			drainUpstream(resp.BodyStream())
+		}
+		_ = resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(resp)
+	}
+	if keep && handoff.Stop() {
+		go func() { _ = ch.serveConn(conn) }()
+	}
+	ch.open.Add(-1)
+	ch.streams.Done()
 }
 
 // drainWait bounds how long a kept client connection waits for the
@@ -252,7 +297,7 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) (complete bool) {
 				// The client left: stop reading; closing the body cancels
 				// the upstream. Bill what was delivered.
 				t.ch.m.clientGone.Inc()
-				t.usage.ErrorCode = codec.CodeClientClosedRequest.String()
+				t.hcall.Usage.ErrorCode = codec.CodeClientClosedRequest.String()
 				t.settleBill(nil, false, t.delivered)
 				return false
 			}
@@ -397,7 +442,7 @@ func (t *turn) deliver(frag []byte) {
 // [DONE]; /api/v2/chat sends an error event. What was delivered is billed.
 func (t *turn) fail(w io.Writer, cerr *codec.Error) {
 	t.ch.m.streamsBroken.Inc()
-	t.usage.ErrorCode = cerr.Code.String()
+	t.hcall.Usage.ErrorCode = cerr.Code.String()
 	t.ch.cfg.Log.Warn("stream failed after it opened", "request_id", string(t.requestID), "tier", t.up.Tier.Name,
 		"code", cerr.Code.String())
 	t.settleBill(nil, false, t.delivered)
