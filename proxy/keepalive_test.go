@@ -259,3 +259,28 @@ func TestStreamsRefusedBeforeTheirFirstByteKeepTheirConnection(t *testing.T) {
 	require.Equal(t, 1.0, metricValue(t, f, `gateway_errors_total{code="context_overflow"}`))
 	require.Zero(t, f.chat.gate.InFlight(), "every slot came back")
 }
+
+// A panic in a stream's upstream call — which runs after the handler, out
+// of the edge's recovery — is answered 500 in the envelope, frees the
+// stream's slots, and leaves the process and the connection serving.
+func TestAPanicInAStreamsUpstreamCallIsAnswered(t *testing.T) {
+	var calls atomic.Int32
+	f := newChatFixture(t, func(o *fixtureOptions) {
+		o.dial = func() (net.Conn, error) {
+			calls.Add(1)
+			panic("dialer exploded")
+		}
+	})
+	rc := f.dialRaw(t)
+	for range 2 {
+		rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", streamBody("hi"))
+		resp, body, err := rc.read(t)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusInternalServerError, resp.StatusCode, string(body))
+		require.Contains(t, string(body), `"code":"internal_error"`)
+	}
+	require.Positive(t, calls.Load())
+	require.Contains(t, f.logs.String(), "stream's upstream call panicked")
+	require.Eventually(t, func() bool { return f.chat.open.Load() == 0 && f.chat.gate.InFlight() == 0 },
+		2*time.Second, time.Millisecond)
+}

@@ -62,7 +62,7 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 func (t *turn) open(conn net.Conn, req *fasthttp.Request, head *fasthttp.Response, owned bool) {
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = true
-	cerr := t.call(t.up.stream, req, resp, time.Now().Add(t.up.cfg.StreamMax))
+	cerr := t.callGuarded(req, resp)
 	fasthttp.ReleaseRequest(req)
 	if cerr != nil {
 		_ = resp.CloseBodyStream()
@@ -96,6 +96,20 @@ func (t *turn) open(conn net.Conn, req *fasthttp.Request, head *fasthttp.Respons
 		return
 	}
 	t.write(conn, resp, false)
+}
+
+// callGuarded calls the upstream for a stream. The edge's recovery ended
+// with the handler: a panic in the call is answered as the edge would
+// answer it, not allowed to take the process down.
+func (t *turn) callGuarded(req *fasthttp.Request, resp *fasthttp.Response) (cerr *codec.Error) {
+	defer func() {
+		if r := recover(); r != nil {
+			t.ch.cfg.Log.Error("stream's upstream call panicked", "request_id", string(t.requestID), "panic", fmt.Sprint(r),
+				"stack", string(debug.Stack()))
+			cerr = codec.ErrInternal
+		}
+	}()
+	return t.call(t.up.stream, req, resp, time.Now().Add(t.up.cfg.StreamMax))
 }
 
 // refuse answers a stream the upstream refused before its first byte: the
