@@ -72,7 +72,7 @@ bench: build ## Hot-path micro-benchmarks, then a short gateway-vs-direct compar
 	@dirs=(); for d in $(BENCH_DIRS); do if [ -d "$$d" ]; then dirs+=("./$$d/..."); fi; done; \
 	$(GO) test -run '^$$' -bench . -benchmem "$${dirs[@]}" | tee bench/results/micro.txt
 	$(DEVSTACK) up
-	$(with_services) $(DATA)/bin/gwbench local --duration $(BENCHTIME) --out bench/results/latest
+	$(with_services) $(DATA)/bin/gwbench local --frontier --duration $(BENCHTIME) --out bench/results/latest
 
 .PHONY: lint
 lint: ## Run go vet and staticcheck

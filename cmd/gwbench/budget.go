@@ -14,19 +14,25 @@ import (
 )
 
 // budgetLine is one line of the performance budget with what was measured.
+// An Info line is a figure the budget has no bound for.
 type budgetLine struct {
 	What     string
 	Measured string
 	Budget   string
 	Pass     bool
+	Info     bool
 }
 
 // budgetRun measures the gateway's performance budget on a local stack:
 // targets are direct, refproxy, [nginx], gateway, in that order.
 type budgetRun struct {
-	targets  []load.Target
-	opt      load.Options
-	duration time.Duration
+	targets []load.Target
+	opt     load.Options
+	// duration and warmup, when set, replace the scenarios' own.
+	duration, warmup time.Duration
+	// frontier also searches the highest rate the gateway holds with its
+	// p99 overhead under 1, 5 and 10 ms.
+	frontier bool
 	out      string
 	stdout   io.Writer
 	lines    []budgetLine
@@ -41,6 +47,18 @@ func (b *budgetRun) byName(results []*load.Result, name string) *load.Result {
 	return nil
 }
 
+// frontierStart is the rate the frontier search doubles from.
+const frontierStart = 100
+
+func (b *budgetRun) target(name string) load.Target {
+	for _, t := range b.targets {
+		if t.Name == name {
+			return t
+		}
+	}
+	return load.Target{}
+}
+
 func (b *budgetRun) scenario(name string) (*load.Scenario, error) {
 	sc, err := load.LoadScenario(name)
 	if err != nil {
@@ -48,6 +66,9 @@ func (b *budgetRun) scenario(name string) (*load.Scenario, error) {
 	}
 	if b.duration > 0 {
 		sc.Duration = b.duration
+	}
+	if b.warmup > 0 {
+		sc.Warmup = b.warmup
 	}
 	return sc, sc.Validate()
 }
@@ -58,6 +79,11 @@ func (b *budgetRun) add(what string, measured, budget time.Duration, upper bool)
 		pass = measured >= budget
 	}
 	b.lines = append(b.lines, budgetLine{What: what, Measured: fmtDur(measured), Budget: "≤ " + fmtDur(budget), Pass: pass})
+}
+
+// info adds a figure the budget has no bound for.
+func (b *budgetRun) info(what, measured string) {
+	b.lines = append(b.lines, budgetLine{What: what, Measured: measured, Budget: "-", Info: true})
 }
 
 func fmtDur(d time.Duration) string {
@@ -114,6 +140,42 @@ func (b *budgetRun) run(ctx context.Context) error {
 	b.add("non-streaming overhead p50"+rate, over[50], 150*time.Microsecond, true)
 	b.add("non-streaming overhead p99"+rate, over[99], time.Millisecond, true)
 
+	// Added latency with nothing queued: one request at a time.
+	serial := *sat
+	serial.Name = "chat-nonstream-one-at-a-time"
+	serial.Concurrency = 1
+	if err := serial.Validate(); err != nil {
+		return err
+	}
+	if results, err = b.compare(ctx, &serial, serial.Name); err != nil {
+		return err
+	}
+	direct = b.byName(results, "direct")
+	over = load.Overhead(direct, b.byName(results, "gateway"), "latency")
+	refOver := load.Overhead(direct, b.byName(results, "refproxy"), "latency")
+	b.info("non-streaming overhead p50, one request at a time",
+		fmt.Sprintf("%s (reference proxy %s)", fmtDur(over[50]), fmtDur(refOver[50])))
+	b.info("non-streaming overhead p99, one request at a time",
+		fmt.Sprintf("%s (reference proxy %s)", fmtDur(over[99]), fmtDur(refOver[99])))
+
+	if b.frontier {
+		// The highest open-loop rate held under each p99 overhead.
+		budgets := []time.Duration{time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond}
+		probe := half
+		probe.Name, probe.Rate = "frontier", frontierStart
+		points, err := load.Frontier(ctx, &probe, b.target("gateway"), b.target("direct"), budgets, b.opt)
+		if err != nil {
+			return err
+		}
+		for _, p := range points {
+			measured := "none held"
+			if p.Rate > 0 {
+				measured = fmt.Sprintf("%.0f rps (p99 %s)", p.Rate, fmtDur(p.P99Overhead))
+			}
+			b.info("throughput frontier: highest rate with p99 overhead under "+fmtDur(p.Budget), measured)
+		}
+	}
+
 	// Streaming 256 tokens.
 	st, err := b.scenario("chat-stream-256tok")
 	if err != nil {
@@ -134,20 +196,23 @@ func (b *budgetRun) run(ctx context.Context) error {
 func (b *budgetRun) write() error {
 	var sb strings.Builder
 	sb.WriteString("PERFORMANCE BUDGET\n")
-	width := 0
+	width, mwidth := 0, 0
 	for _, l := range b.lines {
-		width = max(width, len([]rune(l.What)))
+		width, mwidth = max(width, len([]rune(l.What))), max(mwidth, len([]rune(l.Measured)))
 	}
 	pass, fail := 0, 0
 	for _, l := range b.lines {
 		verdict := "PASS"
-		if !l.Pass {
+		switch {
+		case l.Info:
+			verdict = "-"
+		case !l.Pass:
 			verdict = "FAIL"
 			fail++
-		} else {
+		default:
 			pass++
 		}
-		fmt.Fprintf(&sb, "%-*s  %-28s %-10s %s\n", width, l.What, l.Measured, l.Budget, verdict)
+		fmt.Fprintf(&sb, "%-*s  %-*s  %-10s %s\n", width, l.What, mwidth, l.Measured, l.Budget, verdict)
 	}
 	fmt.Fprintf(&sb, "%d passed, %d failed\n", pass, fail)
 	fmt.Fprint(b.stdout, "\n"+sb.String())
