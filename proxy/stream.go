@@ -128,7 +128,7 @@ func (t *turn) refuse(conn net.Conn, head *fasthttp.Response, cerr *codec.Error,
 	fasthttp.ReleaseResponse(head)
 	w := clientWriter{Conn: conn, bound: t.up.cfg.StreamIdle}
 	_, err := w.Write(t.out)
-	keep := err == nil && owned && !t.lastConn && !t.ch.closing.Load() && conn.SetDeadline(time.Time{}) == nil
+	keep := err == nil && t.keepConn(conn, owned)
 	t.end(conn, nil, status, cerr, owned, keep, false)
 }
 
@@ -158,10 +158,15 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 	// The client's response ended well-formed — complete, or failed the
 	// way its wire says — and nothing asked to close: the connection
 	// serves the client's next request.
-	keep = owned && t.lastSent && !t.lastConn && !t.ch.closing.Load()
-	if keep {
-		keep = c.SetDeadline(time.Time{}) == nil // the server sets its own
-	}
+	keep = t.lastSent && t.keepConn(c, owned)
+}
+
+// keepConn reports whether conn, whose response ended well-formed, goes
+// back to the server for the client's next request: the stream owns it,
+// neither the client nor shutdown asked to close, and its deadline is
+// cleared (the server sets its own).
+func (t *turn) keepConn(conn net.Conn, owned bool) bool {
+	return owned && !t.lastConn && !t.ch.closing.Load() && conn.SetDeadline(time.Time{}) == nil
 }
 
 // end frees everything the stream held, once, however it ended: conn is
