@@ -10,55 +10,59 @@ type Code uint16
 
 // Error codes. The comment on each gives its HTTP status.
 const (
-	CodeInvalidRequest              Code = iota + 1 // 400
-	CodeContextOverflow                             // 400
-	CodeInvalidToolSchema                           // 400
-	CodeInvalidSchema                               // 400
-	CodeModerationRejected                          // 400
-	CodeFileNotText                                 // 400
-	CodeFileTooLarge                                // 400
-	CodeImageNotSupported                           // 400
-	CodeInputNotCountable                           // 400
-	CodeUnknownVersion                              // 400
-	CodeAuthorizationPending                        // 400
-	CodeAccessDenied                                // 400
-	CodeExpiredToken                                // 400
-	CodeInvalidGrant                                // 400
-	CodeProviderNotSupported                        // 400
-	CodeRedirectURINotAllowed                       // 400
-	CodeUnauthorized                                // 401
-	CodeAccountSuspended                            // 403
-	CodeKeyScopeForbidden                           // 403
-	CodeModelNotAllowed                             // 403
-	CodeKeyReadOnly                                 // 403
-	CodeAccountRequired                             // 403
-	CodeFileNotFound                                // 404
-	CodeRequestNotFound                             // 404
-	CodeEvalSuiteNotFound                           // 404
-	CodeEvalCaseNotFound                            // 404
-	CodeEvalRunNotFound                             // 404
-	CodeNotFound                                    // 404, unknown route
-	CodeMethodNotAllowed                            // 405
-	CodeIdempotencyConflict                         // 409
-	CodeEvalSuiteSlugExists                         // 409
-	CodeOrgSelectionRequired                        // 409
-	CodePayloadTooLarge                             // 413
-	CodeStructuredOutputUnsupported                 // 422
-	CodeStructuredOutputUnsatisfied                 // 422
-	CodeRateLimited                                 // 429
-	CodeBudgetExhausted                             // 429
-	CodeKeySpendCapExceeded                         // 429
-	CodeWorkspaceSpendCapExceeded                   // 429
-	CodeCreditsExhausted                            // 429
-	CodeClientClosedRequest                         // 499
-	CodeInternalError                               // 500
-	CodeUpstreamError                               // 502
-	CodeUpstreamOverloaded                          // 503
-	CodeModelUnavailable                            // 503
-	CodeLimitsUnavailable                           // 503
-	CodeServerShuttingDown                          // 503
-	CodeServiceUnavailable                          // 503, a dependency the request needs is down
-	CodeUpstreamTimeout                             // 504
+	CodeInvalidRequest               Code = iota + 1 // 400
+	CodeContextOverflow                              // 400
+	CodeInvalidToolSchema                            // 400
+	CodeInvalidSchema                                // 400
+	CodeModerationRejected                           // 400
+	CodeFileNotText                                  // 400
+	CodeFileTooLarge                                 // 400
+	CodeImageNotSupported                            // 400
+	CodeInputNotCountable                            // 400
+	CodeUnknownVersion                               // 400
+	CodeAuthorizationPending                         // 400
+	CodeAccessDenied                                 // 400
+	CodeExpiredToken                                 // 400
+	CodeInvalidGrant                                 // 400
+	CodeProviderNotSupported                         // 400
+	CodeRedirectURINotAllowed                        // 400
+	CodeUnauthorized                                 // 401
+	CodeAccountSuspended                             // 403
+	CodeKeyScopeForbidden                            // 403
+	CodeModelNotAllowed                              // 403
+	CodeKeyReadOnly                                  // 403
+	CodeAccountRequired                              // 403
+	CodeFileNotFound                                 // 404
+	CodeRequestNotFound                              // 404
+	CodeEvalSuiteNotFound                            // 404
+	CodeEvalCaseNotFound                             // 404
+	CodeEvalRunNotFound                              // 404
+	CodeNotFound                                     // 404, unknown route
+	CodeMethodNotAllowed                             // 405
+	CodeRequestTimeout                               // 408
+	CodeIdempotencyConflict                          // 409
+	CodeEvalSuiteSlugExists                          // 409
+	CodeOrgSelectionRequired                         // 409
+	CodePayloadTooLarge                              // 413
+	CodeURITooLong                                   // 414
+	CodeStructuredOutputUnsupported                  // 422
+	CodeStructuredOutputUnsatisfied                  // 422
+	CodeRateLimited                                  // 429
+	CodeBudgetExhausted                              // 429
+	CodeKeySpendCapExceeded                          // 429
+	CodeWorkspaceSpendCapExceeded                    // 429
+	CodeCreditsExhausted                             // 429
+	CodeRequestHeadersTooLarge                       // 431
+	CodeClientClosedRequest                          // 499
+	CodeInternalError                                // 500
+	CodeTransferEncodingNotSupported                 // 501
+	CodeUpstreamError                                // 502
+	CodeUpstreamOverloaded                           // 503
+	CodeModelUnavailable                             // 503
+	CodeLimitsUnavailable                            // 503
+	CodeServerShuttingDown                           // 503
+	CodeServiceUnavailable                           // 503, a dependency the request needs is down
+	CodeUpstreamTimeout                              // 504
 
 	// Collaboration-route codes (collaboration-api.md).
 	CodeRulesTooLarge           // 400
@@ -107,78 +111,82 @@ const (
 )
 
 var codeTable = [codeCount]codeInfo{
-	CodeInvalidRequest:              {"invalid_request", 400, typeInvalidRequest, "The request is invalid."},
-	CodeContextOverflow:             {"context_overflow", 400, typeInvalidRequest, "The input does not fit in the model's context window."},
-	CodeInvalidToolSchema:           {"invalid_tool_schema", 400, typeInvalidRequest, "A tool definition has an invalid JSON schema."},
-	CodeInvalidSchema:               {"invalid_schema", 400, typeInvalidRequest, "The response format has an invalid JSON schema."},
-	CodeModerationRejected:          {"moderation_rejected", 400, typeInvalidRequest, "The input was rejected by moderation."},
-	CodeFileNotText:                 {"file_not_text", 400, typeInvalidRequest, "The file is not a text file."},
-	CodeFileTooLarge:                {"file_too_large", 400, typeInvalidRequest, "The file is too large."},
-	CodeImageNotSupported:           {"image_not_supported", 400, typeInvalidRequest, "The model does not accept image input."},
-	CodeInputNotCountable:           {"input_not_countable", 400, typeInvalidRequest, "The input tokens cannot be counted for this model."},
-	CodeUnknownVersion:              {"unknown_version", 400, typeInvalidRequest, "The requested Gateway-Version is not known."},
-	CodeAuthorizationPending:        {"authorization_pending", 400, typeInvalidRequest, "The authorization request is still pending."},
-	CodeAccessDenied:                {"access_denied", 400, typeInvalidRequest, "The authorization request was denied."},
-	CodeExpiredToken:                {"expired_token", 400, typeInvalidRequest, "The device code has expired."},
-	CodeInvalidGrant:                {"invalid_grant", 400, typeInvalidRequest, "The grant is invalid, expired or revoked."},
-	CodeProviderNotSupported:        {"provider_not_supported", 400, typeInvalidRequest, "The identity provider is not supported."},
-	CodeRedirectURINotAllowed:       {"redirect_uri_not_allowed", 400, typeInvalidRequest, "The redirect URI is not allowed."},
-	CodeUnauthorized:                {"unauthorized", 401, typeAuthentication, "A valid API key is required."},
-	CodeAccountSuspended:            {"account_suspended", 403, typePermission, "The account is suspended."},
-	CodeKeyScopeForbidden:           {"key_scope_forbidden", 403, typePermission, "The API key lacks the scope this request requires."},
-	CodeModelNotAllowed:             {"model_not_allowed", 403, typePermission, "The API key may not use this model."},
-	CodeKeyReadOnly:                 {"key_read_only", 403, typePermission, "The API key is read-only."},
-	CodeAccountRequired:             {"account_required", 403, typePermission, "This request requires an account."},
-	CodeFileNotFound:                {"file_not_found", 404, typeNotFound, "The file was not found."},
-	CodeRequestNotFound:             {"request_not_found", 404, typeNotFound, "The request was not found."},
-	CodeEvalSuiteNotFound:           {"eval_suite_not_found", 404, typeNotFound, "The eval suite was not found."},
-	CodeEvalCaseNotFound:            {"eval_case_not_found", 404, typeNotFound, "The eval case was not found."},
-	CodeEvalRunNotFound:             {"eval_run_not_found", 404, typeNotFound, "The eval run was not found."},
-	CodeNotFound:                    {"not_found", 404, typeNotFound, "The requested route does not exist."},
-	CodeMethodNotAllowed:            {"method_not_allowed", 405, typeInvalidRequest, "The method is not allowed for this route."},
-	CodeIdempotencyConflict:         {"idempotency_conflict", 409, typeInvalidRequest, "The idempotency key was already used for a different request."},
-	CodeEvalSuiteSlugExists:         {"eval_suite_slug_exists", 409, typeInvalidRequest, "An eval suite with this slug already exists."},
-	CodeOrgSelectionRequired:        {"org_selection_required", 409, typeInvalidRequest, "Select an organization to continue."},
-	CodePayloadTooLarge:             {"payload_too_large", 413, typeInvalidRequest, "The request body is too large."},
-	CodeStructuredOutputUnsupported: {"structured_output_unsupported", 422, typeInvalidRequest, "The model does not support structured output."},
-	CodeStructuredOutputUnsatisfied: {"structured_output_unsatisfied", 422, typeInvalidRequest, "The model output did not satisfy the requested schema."},
-	CodeRateLimited:                 {"rate_limited", 429, typeRateLimit, "Too many requests; retry later."},
-	CodeBudgetExhausted:             {"budget_exhausted", 429, typeRateLimit, "The budget for this period is exhausted."},
-	CodeKeySpendCapExceeded:         {"key_spend_cap_exceeded", 429, typeRateLimit, "The API key has reached its spend cap."},
-	CodeWorkspaceSpendCapExceeded:   {"workspace_spend_cap_exceeded", 429, typeRateLimit, "The workspace has reached its spend cap."},
-	CodeCreditsExhausted:            {"credits_exhausted", 429, typeRateLimit, "The account has no credits left."},
-	CodeClientClosedRequest:         {"client_closed_request", 499, typeInvalidRequest, "The client closed the request."},
-	CodeInternalError:               {"internal_error", 500, typeServer, "An internal error occurred."},
-	CodeUpstreamError:               {"upstream_error", 502, typeServer, "The upstream provider returned an error."},
-	CodeUpstreamOverloaded:          {"upstream_overloaded", 503, typeServer, "The upstream provider is overloaded."},
-	CodeModelUnavailable:            {"model_unavailable", 503, typeServer, "The model is unavailable right now."},
-	CodeLimitsUnavailable:           {"limits_unavailable", 503, typeServer, "Usage limits cannot be checked right now."},
-	CodeServerShuttingDown:          {"server_shutting_down", 503, typeServer, "The server is shutting down."},
-	CodeServiceUnavailable:          {"service_unavailable", 503, typeServer, "The service cannot answer this request right now; retry shortly."},
-	CodeUpstreamTimeout:             {"upstream_timeout", 504, typeServer, "The upstream provider timed out."},
-	CodeRulesTooLarge:               {"rules_too_large", 400, typeInvalidRequest, "A rule cap is exceeded."},
-	CodePIIRejected:                 {"pii_rejected", 400, typeInvalidRequest, "The text carries personal data and was rejected."},
-	CodeConversationForbidden:       {"conversation_forbidden", 403, typePermission, "The conversation is in a vault you may read but not write."},
-	CodeVaultForbidden:              {"vault_forbidden", 403, typePermission, "The vault grant does not allow this operation."},
-	CodeOrgForbidden:                {"org_forbidden", 403, typePermission, "Only an owner or admin of the organization may do this."},
-	CodeRulesForbidden:              {"rules_forbidden", 403, typePermission, "You may not change these rules."},
-	CodeWorkspaceForbidden:          {"workspace_forbidden", 403, typePermission, "Only an owner or admin may manage workspaces."},
-	CodeConversationNotFound:        {"conversation_not_found", 404, typeNotFound, "The conversation was not found."},
-	CodeMessageNotFound:             {"message_not_found", 404, typeNotFound, "The message was not found."},
-	CodeVaultNotFound:               {"vault_not_found", 404, typeNotFound, "The vault was not found."},
-	CodeUserNotFound:                {"user_not_found", 404, typeNotFound, "The user was not found."},
-	CodeInvitationNotFound:          {"invitation_not_found", 404, typeNotFound, "The invitation was not found."},
-	CodeOrgMemberNotFound:           {"org_member_not_found", 404, typeNotFound, "The organization member was not found."},
-	CodeWorkspaceNotFound:           {"workspace_not_found", 404, typeNotFound, "The workspace was not found."},
-	CodePromptNotFound:              {"prompt_not_found", 404, typeNotFound, "The prompt was not found."},
-	CodePromptVersionNotFound:       {"prompt_version_not_found", 404, typeNotFound, "The prompt version was not found."},
-	CodeVaultNameExists:             {"vault_name_exists", 409, typeInvalidRequest, "A vault with this name already exists."},
-	CodeVaultExternalIDConflict:     {"vault_external_id_conflict", 409, typeInvalidRequest, "Another vault already uses this external id."},
-	CodeOrgMemberExists:             {"org_member_exists", 409, typeInvalidRequest, "The user is already a member of the organization."},
-	CodeWorkspaceSlugExists:         {"workspace_slug_exists", 409, typeInvalidRequest, "A workspace with this slug already exists."},
-	CodeWorkspaceNotEmpty:           {"workspace_not_empty", 409, typeInvalidRequest, "The workspace holds or has held a credential."},
-	CodeWorkspaceIsDefault:          {"workspace_is_default", 409, typeInvalidRequest, "The default workspace cannot be deleted."},
-	CodePromptSlugExists:            {"prompt_slug_exists", 409, typeInvalidRequest, "A prompt with this slug already exists."},
+	CodeInvalidRequest:               {"invalid_request", 400, typeInvalidRequest, "The request is invalid."},
+	CodeContextOverflow:              {"context_overflow", 400, typeInvalidRequest, "The input does not fit in the model's context window."},
+	CodeInvalidToolSchema:            {"invalid_tool_schema", 400, typeInvalidRequest, "A tool definition has an invalid JSON schema."},
+	CodeInvalidSchema:                {"invalid_schema", 400, typeInvalidRequest, "The response format has an invalid JSON schema."},
+	CodeModerationRejected:           {"moderation_rejected", 400, typeInvalidRequest, "The input was rejected by moderation."},
+	CodeFileNotText:                  {"file_not_text", 400, typeInvalidRequest, "The file is not a text file."},
+	CodeFileTooLarge:                 {"file_too_large", 400, typeInvalidRequest, "The file is too large."},
+	CodeImageNotSupported:            {"image_not_supported", 400, typeInvalidRequest, "The model does not accept image input."},
+	CodeInputNotCountable:            {"input_not_countable", 400, typeInvalidRequest, "The input tokens cannot be counted for this model."},
+	CodeUnknownVersion:               {"unknown_version", 400, typeInvalidRequest, "The requested Gateway-Version is not known."},
+	CodeAuthorizationPending:         {"authorization_pending", 400, typeInvalidRequest, "The authorization request is still pending."},
+	CodeAccessDenied:                 {"access_denied", 400, typeInvalidRequest, "The authorization request was denied."},
+	CodeExpiredToken:                 {"expired_token", 400, typeInvalidRequest, "The device code has expired."},
+	CodeInvalidGrant:                 {"invalid_grant", 400, typeInvalidRequest, "The grant is invalid, expired or revoked."},
+	CodeProviderNotSupported:         {"provider_not_supported", 400, typeInvalidRequest, "The identity provider is not supported."},
+	CodeRedirectURINotAllowed:        {"redirect_uri_not_allowed", 400, typeInvalidRequest, "The redirect URI is not allowed."},
+	CodeUnauthorized:                 {"unauthorized", 401, typeAuthentication, "A valid API key is required."},
+	CodeAccountSuspended:             {"account_suspended", 403, typePermission, "The account is suspended."},
+	CodeKeyScopeForbidden:            {"key_scope_forbidden", 403, typePermission, "The API key lacks the scope this request requires."},
+	CodeModelNotAllowed:              {"model_not_allowed", 403, typePermission, "The API key may not use this model."},
+	CodeKeyReadOnly:                  {"key_read_only", 403, typePermission, "The API key is read-only."},
+	CodeAccountRequired:              {"account_required", 403, typePermission, "This request requires an account."},
+	CodeFileNotFound:                 {"file_not_found", 404, typeNotFound, "The file was not found."},
+	CodeRequestNotFound:              {"request_not_found", 404, typeNotFound, "The request was not found."},
+	CodeEvalSuiteNotFound:            {"eval_suite_not_found", 404, typeNotFound, "The eval suite was not found."},
+	CodeEvalCaseNotFound:             {"eval_case_not_found", 404, typeNotFound, "The eval case was not found."},
+	CodeEvalRunNotFound:              {"eval_run_not_found", 404, typeNotFound, "The eval run was not found."},
+	CodeNotFound:                     {"not_found", 404, typeNotFound, "The requested route does not exist."},
+	CodeMethodNotAllowed:             {"method_not_allowed", 405, typeInvalidRequest, "The method is not allowed for this route."},
+	CodeRequestTimeout:               {"request_timeout", 408, typeInvalidRequest, "The request did not arrive whole within the read timeout."},
+	CodeIdempotencyConflict:          {"idempotency_conflict", 409, typeInvalidRequest, "The idempotency key was already used for a different request."},
+	CodeEvalSuiteSlugExists:          {"eval_suite_slug_exists", 409, typeInvalidRequest, "An eval suite with this slug already exists."},
+	CodeOrgSelectionRequired:         {"org_selection_required", 409, typeInvalidRequest, "Select an organization to continue."},
+	CodePayloadTooLarge:              {"payload_too_large", 413, typeInvalidRequest, "The request body is too large."},
+	CodeURITooLong:                   {"uri_too_long", 414, typeInvalidRequest, "The request target is too long."},
+	CodeStructuredOutputUnsupported:  {"structured_output_unsupported", 422, typeInvalidRequest, "The model does not support structured output."},
+	CodeStructuredOutputUnsatisfied:  {"structured_output_unsatisfied", 422, typeInvalidRequest, "The model output did not satisfy the requested schema."},
+	CodeRateLimited:                  {"rate_limited", 429, typeRateLimit, "Too many requests; retry later."},
+	CodeBudgetExhausted:              {"budget_exhausted", 429, typeRateLimit, "The budget for this period is exhausted."},
+	CodeKeySpendCapExceeded:          {"key_spend_cap_exceeded", 429, typeRateLimit, "The API key has reached its spend cap."},
+	CodeWorkspaceSpendCapExceeded:    {"workspace_spend_cap_exceeded", 429, typeRateLimit, "The workspace has reached its spend cap."},
+	CodeCreditsExhausted:             {"credits_exhausted", 429, typeRateLimit, "The account has no credits left."},
+	CodeRequestHeadersTooLarge:       {"request_headers_too_large", 431, typeInvalidRequest, "The request's header fields are too large."},
+	CodeClientClosedRequest:          {"client_closed_request", 499, typeInvalidRequest, "The client closed the request."},
+	CodeInternalError:                {"internal_error", 500, typeServer, "An internal error occurred."},
+	CodeTransferEncodingNotSupported: {"transfer_encoding_not_supported", 501, typeServer, "The request's Transfer-Encoding is not supported; send chunked or a Content-Length."},
+	CodeUpstreamError:                {"upstream_error", 502, typeServer, "The upstream provider returned an error."},
+	CodeUpstreamOverloaded:           {"upstream_overloaded", 503, typeServer, "The upstream provider is overloaded."},
+	CodeModelUnavailable:             {"model_unavailable", 503, typeServer, "The model is unavailable right now."},
+	CodeLimitsUnavailable:            {"limits_unavailable", 503, typeServer, "Usage limits cannot be checked right now."},
+	CodeServerShuttingDown:           {"server_shutting_down", 503, typeServer, "The server is shutting down."},
+	CodeServiceUnavailable:           {"service_unavailable", 503, typeServer, "The service cannot answer this request right now; retry shortly."},
+	CodeUpstreamTimeout:              {"upstream_timeout", 504, typeServer, "The upstream provider timed out."},
+	CodeRulesTooLarge:                {"rules_too_large", 400, typeInvalidRequest, "A rule cap is exceeded."},
+	CodePIIRejected:                  {"pii_rejected", 400, typeInvalidRequest, "The text carries personal data and was rejected."},
+	CodeConversationForbidden:        {"conversation_forbidden", 403, typePermission, "The conversation is in a vault you may read but not write."},
+	CodeVaultForbidden:               {"vault_forbidden", 403, typePermission, "The vault grant does not allow this operation."},
+	CodeOrgForbidden:                 {"org_forbidden", 403, typePermission, "Only an owner or admin of the organization may do this."},
+	CodeRulesForbidden:               {"rules_forbidden", 403, typePermission, "You may not change these rules."},
+	CodeWorkspaceForbidden:           {"workspace_forbidden", 403, typePermission, "Only an owner or admin may manage workspaces."},
+	CodeConversationNotFound:         {"conversation_not_found", 404, typeNotFound, "The conversation was not found."},
+	CodeMessageNotFound:              {"message_not_found", 404, typeNotFound, "The message was not found."},
+	CodeVaultNotFound:                {"vault_not_found", 404, typeNotFound, "The vault was not found."},
+	CodeUserNotFound:                 {"user_not_found", 404, typeNotFound, "The user was not found."},
+	CodeInvitationNotFound:           {"invitation_not_found", 404, typeNotFound, "The invitation was not found."},
+	CodeOrgMemberNotFound:            {"org_member_not_found", 404, typeNotFound, "The organization member was not found."},
+	CodeWorkspaceNotFound:            {"workspace_not_found", 404, typeNotFound, "The workspace was not found."},
+	CodePromptNotFound:               {"prompt_not_found", 404, typeNotFound, "The prompt was not found."},
+	CodePromptVersionNotFound:        {"prompt_version_not_found", 404, typeNotFound, "The prompt version was not found."},
+	CodeVaultNameExists:              {"vault_name_exists", 409, typeInvalidRequest, "A vault with this name already exists."},
+	CodeVaultExternalIDConflict:      {"vault_external_id_conflict", 409, typeInvalidRequest, "Another vault already uses this external id."},
+	CodeOrgMemberExists:              {"org_member_exists", 409, typeInvalidRequest, "The user is already a member of the organization."},
+	CodeWorkspaceSlugExists:          {"workspace_slug_exists", 409, typeInvalidRequest, "A workspace with this slug already exists."},
+	CodeWorkspaceNotEmpty:            {"workspace_not_empty", 409, typeInvalidRequest, "The workspace holds or has held a credential."},
+	CodeWorkspaceIsDefault:           {"workspace_is_default", 409, typeInvalidRequest, "The default workspace cannot be deleted."},
+	CodePromptSlugExists:             {"prompt_slug_exists", 409, typeInvalidRequest, "A prompt with this slug already exists."},
 }
 
 var codeBySlug = func() map[string]Code {

@@ -46,7 +46,8 @@ func wantOpenAIType(status int) string {
 		return "rate_limit_error"
 	case status >= 500:
 		return "server_error"
-	case status == 400, status == 405, status == 409, status == 413, status == 422, status == 499:
+	case status == 400, status == 405, status == 408, status == 409, status == 413, status == 414, status == 422,
+		status == 431, status == 499:
 		return "invalid_request_error"
 	}
 	return fmt.Sprintf("unexpected status %d", status)
@@ -88,10 +89,12 @@ func TestCodes(t *testing.T) {
 		{CodeEvalRunNotFound, "eval_run_not_found", 404, "not_found_error"},
 		{CodeNotFound, "not_found", 404, "not_found_error"},
 		{CodeMethodNotAllowed, "method_not_allowed", 405, "invalid_request_error"},
+		{CodeRequestTimeout, "request_timeout", 408, "invalid_request_error"},
 		{CodeIdempotencyConflict, "idempotency_conflict", 409, "invalid_request_error"},
 		{CodeEvalSuiteSlugExists, "eval_suite_slug_exists", 409, "invalid_request_error"},
 		{CodeOrgSelectionRequired, "org_selection_required", 409, "invalid_request_error"},
 		{CodePayloadTooLarge, "payload_too_large", 413, "invalid_request_error"},
+		{CodeURITooLong, "uri_too_long", 414, "invalid_request_error"},
 		{CodeStructuredOutputUnsupported, "structured_output_unsupported", 422, "invalid_request_error"},
 		{CodeStructuredOutputUnsatisfied, "structured_output_unsatisfied", 422, "invalid_request_error"},
 		{CodeRateLimited, "rate_limited", 429, "rate_limit_error"},
@@ -99,8 +102,10 @@ func TestCodes(t *testing.T) {
 		{CodeKeySpendCapExceeded, "key_spend_cap_exceeded", 429, "rate_limit_error"},
 		{CodeWorkspaceSpendCapExceeded, "workspace_spend_cap_exceeded", 429, "rate_limit_error"},
 		{CodeCreditsExhausted, "credits_exhausted", 429, "rate_limit_error"},
+		{CodeRequestHeadersTooLarge, "request_headers_too_large", 431, "invalid_request_error"},
 		{CodeClientClosedRequest, "client_closed_request", 499, "invalid_request_error"},
 		{CodeInternalError, "internal_error", 500, "server_error"},
+		{CodeTransferEncodingNotSupported, "transfer_encoding_not_supported", 501, "server_error"},
 		{CodeUpstreamError, "upstream_error", 502, "server_error"},
 		{CodeUpstreamOverloaded, "upstream_overloaded", 503, "server_error"},
 		{CodeModelUnavailable, "model_unavailable", 503, "server_error"},

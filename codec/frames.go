@@ -110,9 +110,12 @@ func AppendOpenAIUsage(dst []byte, b *Bill, withCost bool) []byte {
 	if withCost {
 		dst = append(dst, `,"cost":`...)
 		dst = AppendCost(dst, b)
-		if b.CacheReadTokens > 0 {
+		// Each additive integer is omitted only when it is zero.
+		if n := b.BillableInput(); n > 0 {
 			dst = append(dst, `,"billable_input_tokens":`...)
-			dst = strconv.AppendInt(dst, b.BillableInput(), 10)
+			dst = strconv.AppendInt(dst, n, 10)
+		}
+		if b.CacheReadTokens > 0 {
 			dst = append(dst, `,"cache_read_tokens":`...)
 			dst = strconv.AppendInt(dst, b.CacheReadTokens, 10)
 		}

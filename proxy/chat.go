@@ -45,6 +45,10 @@ type ChatConfig struct {
 	// Usage receives a stream's ledger row when the stream ends (the edge
 	// records every other row); nil records nothing.
 	Usage hotpath.UsageSink
+	// KeepAliveInterval is how long a stream may send the client nothing
+	// before it sends an SSE comment (": keep-alive"). Default 15s;
+	// negative sends none.
+	KeepAliveInterval time.Duration
 	// ConnsKept must be set exactly when the server serving the routes has
 	// KeepHijackedConns: a stream then gives the connection's read buffer
 	// and request context back as soon as it takes the connection over, and
@@ -69,7 +73,10 @@ type Chat struct {
 	// connection (the server's ServeConn); nil, or closing set, closes the
 	// connection instead.
 	serveConn func(net.Conn) error
+	idle      time.Duration // the server's idle timeout, for kept connections
 	closing   atomic.Bool
+	// quietEvery is the keep-alive interval; 0 sends none.
+	quietEvery time.Duration
 
 	errImages *codec.Error // image_not_supported naming the tiers that read images
 }
@@ -86,7 +93,11 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 10_000
 	}
-	ch := &Chat{cfg: cfg, tiers: cfg.Tiers, gate: hotpath.NewGate(cfg.MaxInFlight)}
+	ch := &Chat{cfg: cfg, tiers: cfg.Tiers, gate: hotpath.NewGate(cfg.MaxInFlight), quietEvery: cfg.KeepAliveInterval}
+	if ch.quietEvery == 0 {
+		ch.quietEvery = 15 * time.Second
+	}
+	ch.quietEvery = max(ch.quietEvery, 0)
 	for i := range cfg.Tiers {
 		up, ok := cfg.Upstreams[cfg.Tiers[i].Name]
 		if !ok {
@@ -183,6 +194,9 @@ type turn struct {
 	start     time.Time
 	upstream  time.Duration
 	out       []byte
+	// ahead holds what the client sent past a stream's request (the next
+	// request, pipelined), given back with the connection.
+	ahead     []byte
 	delivered []byte // raw content delivered and not yet counted
 	// deliveredTokens counts the delivered text already folded out of
 	// delivered (see deliver).
@@ -206,7 +220,14 @@ type turn struct {
 	estimated bool
 	// hcall is a stream's Call, which it ends when the stream does.
 	hcall *hotpath.Call
-	ttft  time.Duration
+	// cw is the client's writer while the stream pumps; gone says a
+	// write to it failed.
+	cw   *clientWriter
+	gone bool
+	// rateShown says admission ran: the rate headers are set (or the
+	// limiter could not be reached).
+	rateShown bool
+	ttft      time.Duration
 
 	// A stream's framing: chunked (HTTP/1.1) or ended by closing the
 	// connection; the connection closes after it (lastConn); before the
@@ -222,22 +243,29 @@ var turnPool = sync.Pool{New: func() any { return new(turn) }}
 func acquireTurn() *turn { return turnPool.Get().(*turn) }
 
 func releaseTurn(t *turn) {
-	out, delivered, gw, rid := t.out[:0], t.delivered[:0], t.gw[:0], t.requestID[:0]
+	out, delivered, gw, rid, ahead := t.out[:0], t.delivered[:0], t.gw[:0], t.requestID[:0], t.ahead[:0]
 	if cap(out) > 256<<10 {
 		out = nil
 	}
 	if cap(delivered) > 256<<10 {
 		delivered = nil
 	}
-	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid}
+	if cap(ahead) > 64<<10 {
+		ahead = nil
+	}
+	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid, ahead: ahead}
 	turnPool.Put(t)
 }
 
 // KeepAlive has connections whose stream completed go on serving requests
 // through serve — the server's ServeConn — instead of closing: a client
 // that streams turn after turn keeps one connection (and, behind a TLS
-// terminator, one handshake). Call it before serving; it needs ConnsKept.
-func (ch *Chat) KeepAlive(serve func(net.Conn) error) { ch.serveConn = serve }
+// terminator, one handshake). Such a connection is then idle like any kept
+// one: it waits up to idle for the client's next request. Call it before
+// serving; it needs ConnsKept. NewServer calls it.
+func (ch *Chat) KeepAlive(serve func(net.Conn) error, idle time.Duration) {
+	ch.serveConn, ch.idle = serve, idle
+}
 
 // StopKeepAlive has streams that complete from now on close their
 // connections. Call it when shutdown begins, before the server stops.
@@ -263,6 +291,7 @@ var errConcurrency = &codec.Error{Code: codec.CodeRateLimited,
 
 func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire ChatWire) (err error) {
 	if !ch.gate.TryAcquire() {
+		ch.peekRate(ctx, c, errConcurrency)
 		return errConcurrency
 	}
 	t := acquireTurn()
@@ -282,7 +311,28 @@ func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire ChatWire) 
 		ch.gate.Release()
 	}()
 	streaming, err = t.prepare(ctx, c)
+	if err != nil && !t.rateShown {
+		ch.peekRate(ctx, c, err)
+	}
 	return err
+}
+
+// peekRate describes the request window on a refusal that came before
+// admission (validation, model_not_allowed, context_overflow, an open
+// breaker): the spec lets the X-RateLimit-* headers be absent only on 401,
+// on a key-check 403 and when the limiter cannot reach its store. The
+// window is read, not counted: a request refused before admission does not
+// use it up.
+func (ch *Chat) peekRate(ctx *fasthttp.RequestCtx, c *hotpath.Call, err error) {
+	l := ch.cfg.Limits
+	var cerr *codec.Error
+	if l == nil || c.User == nil || !errors.As(err, &cerr) ||
+		cerr.Code == codec.CodeKeyScopeForbidden || cerr.Code == codec.CodeKeyReadOnly {
+		return
+	}
+	if st, metered, _ := l.Hit(context.Background(), c.Start, c.User, hotpath.RatePeek); metered {
+		SetRateHeaders(ctx, st)
+	}
 }
 
 // account fills the serving side of a ledger row: tier, tokens, cost.
@@ -329,6 +379,7 @@ func (t *turn) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 	maxCost := in*prices.InputPerM + t.plan.MaxTokens*prices.OutputPerM
 	l.PlanCharge(&t.charge, c.User, t.up.Tier.Name, maxCost, in+t.plan.MaxTokens)
 	st, metered, refusal := l.AdmitChat(context.Background(), c.Start, c.User, &t.charge)
+	t.rateShown = true
 	if metered {
 		SetRateHeaders(ctx, st)
 	}

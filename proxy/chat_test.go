@@ -38,6 +38,7 @@ type chatFixture struct {
 	rawDial func() (net.Conn, error) // a raw connection to the gateway
 	handler fasthttp.RequestHandler
 	verify  *hotpath.Verifier
+	addr    string // the gateway's TCP address, with tcp
 }
 
 type fixtureOptions struct {
@@ -50,6 +51,9 @@ type fixtureOptions struct {
 	dial        func() (net.Conn, error) // replaces the simulator
 	limits      *hotpath.Limits
 	usage       hotpath.UsageSink
+	server      ServerConfig
+	tcp         bool // serve on a loopback TCP listener, not in memory
+	keepAlive   time.Duration
 }
 
 func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
@@ -92,7 +96,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	var err error
 	f.chat, err = NewChat(ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: o.idempotency, MaxInFlight: o.maxInFlight,
-		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage})
+		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive})
 	require.NoError(t, err)
 
 	src := &mapSource{users: map[hotpath.TokenHash]*hotpath.Principal{}}
@@ -112,14 +116,21 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	f.chat.Register(rt)
 	f.handler, f.verify = rt.Handler(), v
 
-	ln := fasthttputil.NewInmemoryListener()
-	srv := &fasthttp.Server{Handler: rt.Handler(), KeepHijackedConns: true}
-	f.chat.KeepAlive(srv.ServeConn)
-	go func() { _ = srv.Serve(ln) }()
+	var ln net.Listener
+	if o.tcp {
+		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ln, f.addr = tl, tl.Addr().String()
+		f.rawDial = func() (net.Conn, error) { return net.Dial("tcp", f.addr) }
+	} else {
+		ml := fasthttputil.NewInmemoryListener()
+		ln, f.rawDial = ml, ml.Dial
+	}
+	srv := NewServer(o.server, rt, f.chat)
+	go func() { _ = srv.Serve(KeepAccepting(ln, log)) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
-	f.rawDial = ln.Dial
 	f.client = &http.Client{Transport: &http.Transport{
-		DialContext:        func(context.Context, string, string) (net.Conn, error) { return ln.Dial() },
+		DialContext:        func(context.Context, string, string) (net.Conn, error) { return f.rawDial() },
 		DisableCompression: true,
 	}}
 	// Before the server's shutdown (cleanups run last first): the server

@@ -45,6 +45,9 @@ type Edge struct {
 	accessLog bool
 	errors    []*metrics.Counter // by codec.Code
 	panics    *metrics.Counter
+
+	// The HTTP layer's limits (ServerConfig), checked before the route.
+	maxHeaderBytes, maxURIBytes, maxBodySize int
 }
 
 // EdgeConfig configures an Edge.
@@ -68,6 +71,9 @@ type EdgeConfig struct {
 func NewEdge(cfg EdgeConfig) *Edge {
 	e := &Edge{verifier: cfg.Verifier, log: cfg.Log, set: cfg.Metrics, accessLog: cfg.AccessLog,
 		limits: cfg.Limits, usage: cfg.Usage}
+	var sc ServerConfig
+	sc.defaults()
+	e.maxHeaderBytes, e.maxURIBytes, e.maxBodySize = sc.MaxHeaderBytes, sc.MaxURIBytes, sc.MaxBodySize
 	for c := codec.Code(0); c == 0 || c.Valid(); c++ {
 		if c == 0 {
 			e.errors = append(e.errors, nil)
@@ -347,21 +353,4 @@ func (e *Edge) logAccess(method []byte, c *hotpath.Call, a hotpath.Access, statu
 		slog.Int("status", status),
 		slog.Duration("duration", time.Since(c.Start)),
 		slog.String("key_id", keyID))
-}
-
-// ParseError answers a request fasthttp could not parse (a malformed or
-// oversized header or body) in the envelope, as fasthttp.Server.ErrorHandler.
-func (e *Edge) ParseError(ctx *fasthttp.RequestCtx, err error) {
-	var id [36]byte
-	rid := hotpath.AppendRequestID(id[:0])
-	ctx.Response.Header.SetBytesV(HeaderRequestID, rid)
-	var v [10]byte
-	ctx.Response.Header.SetBytesV(HeaderVersion, codec.CurrentVersion.AppendTo(v[:0]))
-	cerr := codec.ErrInvalidRequest
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		cerr = codec.ErrPayloadTooLarge
-	}
-	e.errors[cerr.Code].Inc()
-	WriteError(ctx, wireOf(string(ctx.Path())), cerr, rid)
-	ctx.SetConnectionClose()
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -470,4 +471,30 @@ func TestCompleteStreamsReuseTheUpstreamConnection(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return f.chat.open.Load() == 0 }, 2*time.Second, time.Millisecond)
 	require.Equal(t, int64(1), dials.Load(), "five streams one after another share one upstream connection")
+}
+
+// Refusals before admission carry the request window's headers, read and
+// not counted: only a 401, a key-check 403 and a limiter outage go without.
+func TestRefusalsBeforeAdmissionCarryTheWindow(t *testing.T) {
+	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(func(p *hotpath.Plan) { p.RequestsPerMinute = 5 }))
+	p := uncapped()
+	p.Models = []string{"mira", "vaani"}
+	f := newChatFixture(t, withLimits(l, nil, p))
+	r := f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	require.Equal(t, "4", r.header.Get("X-RateLimit-Remaining"))
+	for _, c := range []struct{ name, path, body, code string }{
+		{"validation", "/api/v1/chat", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, "invalid_request"},
+		{"allowlist", "/v1/chat/completions", `{"model":"kavi","messages":[{"role":"user","content":"hi"}]}`, "model_not_allowed"},
+		{"context", "/api/v2/chat", `{"model":"mira","messages":[{"role":"user","content":"` + strings.Repeat("word ", 70000) + `"}]}`, "context_overflow"},
+	} {
+		r := f.post(t, c.path, c.body)
+		require.Contains(t, string(r.body), c.code, c.name)
+		require.Equal(t, "5", r.header.Get("X-RateLimit-Limit"), c.name)
+		require.Equal(t, "4", r.header.Get("X-RateLimit-Remaining"), "%s: peeked, not counted", c.name)
+		require.NotEmpty(t, r.header.Get("X-RateLimit-Reset"), c.name)
+	}
+	// Counted requests still count.
+	r = f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, "3", r.header.Get("X-RateLimit-Remaining"))
 }

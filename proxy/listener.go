@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"log/slog"
 	"net"
@@ -9,7 +10,9 @@ import (
 	"time"
 )
 
-// KeepAccepting wraps a listener so that running out of file descriptors
+// KeepAccepting wraps a listener so that every connection it accepts
+// refuses request heads with bare-LF line ends at once (see edgeConn), and
+// so that running out of file descriptors
 // (or kernel memory) pauses accepting instead of ending it: fasthttp's Serve
 // returns on any accept error that is not a timeout, which would leave a
 // process that is merely overloaded serving nothing for good. The pause
@@ -33,7 +36,10 @@ func (l *AcceptRetrier) Accept() (net.Conn, error) {
 	wait := 5 * time.Millisecond
 	for {
 		c, err := l.Listener.Accept()
-		if err == nil || !exhausted(err) {
+		if err == nil {
+			return &edgeConn{Conn: c, head: true}, nil
+		}
+		if !exhausted(err) {
 			return c, err
 		}
 		l.Retries.Add(1)
@@ -50,3 +56,64 @@ func exhausted(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
 		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ECONNABORTED)
 }
+
+// errBareLF ends the read of a request head whose lines end in a bare LF.
+var errBareLF = errors.New("a request line or header field ends with a bare LF")
+
+// edgeConn is an accepted client connection. While it reads a request
+// head — from the connection's start, and from each response written until
+// the empty line that ends the next head — it checks that every line ends
+// with CRLF: the server's parser finds no end to a head whose lines end
+// with a bare LF and would wait out the read timeout; this refuses it at
+// once (400). The check costs one IndexByte per header line.
+type edgeConn struct {
+	net.Conn
+	head     bool // reading a request head
+	prevCR   bool // the last byte read was CR
+	lineSeen bool // the current line has bytes besides CR
+}
+
+func (c *edgeConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.head && !c.scan(p[:n]) {
+		return 0, errBareLF
+	}
+	return n, err
+}
+
+// scan follows a head through b; false means a bare LF.
+func (c *edgeConn) scan(b []byte) bool {
+	for len(b) > 0 && c.head {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			c.prevCR = b[len(b)-1] == '\r'
+			c.lineSeen = c.lineSeen || len(b) > 1 || !c.prevCR
+			return true
+		}
+		cr := c.prevCR
+		if i > 0 {
+			cr = b[i-1] == '\r'
+		}
+		if !cr {
+			return false
+		}
+		content := c.lineSeen || i > 1
+		c.prevCR, c.lineSeen = false, false
+		if !content {
+			c.head = false // the empty line: the body, if any, follows
+		}
+		b = b[i+1:]
+	}
+	return true
+}
+
+// Write marks the start of the next request's head once a final response
+// goes out (not an interim 100 Continue, after which the body comes).
+func (c *edgeConn) Write(p []byte) (int, error) {
+	if !bytes.HasPrefix(p, interim) {
+		c.head, c.prevCR, c.lineSeen = true, false, false
+	}
+	return c.Conn.Write(p)
+}
+
+var interim = []byte("HTTP/1.1 100 ")

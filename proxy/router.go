@@ -42,6 +42,10 @@ func NewRouter(edge *Edge) *Router {
 	r.RedirectTrailingSlash = false // an API answers what was asked, never a redirect
 	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
+	// OPTIONS is answered like any other method a route does not serve
+	// (405 with Allow): the gateway does not serve browsers cross-origin,
+	// where a key in a page would be anyone's (docs/http.md).
+	r.HandleOPTIONS = false
 	rt := &Router{edge: edge, r: r}
 	notFound := func(code *codec.Error) fasthttp.RequestHandler {
 		h := func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error { return code }
@@ -75,5 +79,6 @@ func (rt *Router) HandleOnly(method, path string, a hotpath.Access, h func(*fast
 	rt.r.Handle(method, path, rt.edge.Wrap(method, a, wireOf(path), h))
 }
 
-// Handler returns the fasthttp handler serving the table.
-func (rt *Router) Handler() fasthttp.RequestHandler { return rt.r.Handler }
+// Handler returns the fasthttp handler serving the table, behind the HTTP
+// layer's checks.
+func (rt *Router) Handler() fasthttp.RequestHandler { return rt.edge.guard(rt.r.Handler) }

@@ -44,17 +44,24 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 		if ch.cfg.ConnsKept {
 			// The server keeps the connection after this returns and
 			// hands its request context back to its pool; the raw socket
-			// leaves the server's read buffer behind for the collector.
-			// A stream only writes.
-			if u, ok := conn.(interface{ UnsafeConn() net.Conn }); ok {
-				conn = u.UnsafeConn()
+			// leaves the server's read buffer behind for the collector,
+			// once the bytes it holds past this request (a pipelined
+			// request, or its start) are kept to hand back with the
+			// connection. A stream only writes.
+			if cap(t.out) < minScratch {
+				t.out = make([]byte, 0, minScratch)
 			}
+			conn, t.ahead = takeOver(conn, t.ahead[:0], t.out[:cap(t.out)])
 			go t.open(conn, req, head, true)
 			return
 		}
 		t.open(conn, req, head, false)
 	})
 }
+
+// minScratch is the least buffer a stream reads its connection's buffered
+// bytes with; it is then the stream's frame buffer.
+const minScratch = 4096
 
 // open calls the upstream and either answers the refusal or starts the
 // stream. owned says the stream owns conn (the server kept the connection
@@ -137,9 +144,9 @@ func (t *turn) refuse(conn net.Conn, head *fasthttp.Response, cerr *codec.Error,
 // does one that failed the way its wire says; any other ending (the client
 // gone, a panic) closes c — which ends the client's response.
 //
-// Handing c back drops nothing the client sent: the server had read the
-// whole request, and clients never pipeline behind a POST (RFC 9112 §9.3.2),
-// so nothing else was waiting in the read buffer the stream let go of.
+// Handing c back drops nothing the client sent: what the server had read
+// past the stream's request was kept (t.ahead) and is read first, and what
+// arrived since is still in the socket.
 func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 	complete := false
 	keep := false
@@ -176,8 +183,15 @@ func (t *turn) keepConn(conn net.Conn, owned bool) bool {
 // its end (complete) and released.
 func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *codec.Error, owned, keep, complete bool) {
 	ch := t.ch
+	var next net.Conn
 	if owned && !keep {
 		_ = conn.Close()
+	} else if keep {
+		kc := &keptConn{Conn: conn, idle: ch.idle}
+		if len(t.ahead) > 0 {
+			kc.ahead = append([]byte(nil), t.ahead...)
+		}
+		next = kc
 	}
 	t.admitted()
 	c := t.hcall
@@ -191,7 +205,7 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 	// stream is slow to come.
 	var handoff *time.Timer
 	if keep {
-		handoff = time.AfterFunc(drainWait, func() { _ = ch.serveConn(conn) })
+		handoff = time.AfterFunc(drainWait, func() { _ = ch.serveConn(next) })
 	}
 	if resp != nil {
 		if complete && owned {
@@ -201,7 +215,7 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 		fasthttp.ReleaseResponse(resp)
 	}
 	if keep && handoff.Stop() {
-		go func() { _ = ch.serveConn(conn) }()
+		go func() { _ = ch.serveConn(next) }()
 	}
 	ch.open.Add(-1)
 	ch.streams.Done()
@@ -238,10 +252,12 @@ type clientWriter struct {
 	net.Conn
 	bound time.Duration
 	set   time.Time
+	last  time.Time // of the last write
 }
 
 func (w *clientWriter) Write(p []byte) (int, error) {
 	now := time.Now()
+	w.last = now
 	if w.set.Sub(now) < w.bound-w.bound/4 {
 		w.set = now.Add(w.bound)
 		if err := w.Conn.SetWriteDeadline(w.set); err != nil {
@@ -280,7 +296,7 @@ type streamState struct {
 // the upstream finished and the client has every frame), fails or the
 // client leaves; the caller closes the upstream body, which cancels the
 // upstream call when it has not finished.
-func (t *turn) pump(w io.Writer, resp *fasthttp.Response) (complete bool) {
+func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	began := time.Now()
 	defer func() { t.ch.m.streamDuration.Update(time.Since(began).Seconds()) }()
 
@@ -305,6 +321,14 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) (complete bool) {
 	sc := scannerPool.Get().(*codec.SSEScanner)
 	sc.Reset()
 	defer scannerPool.Put(sc)
+	if t.ch.quietEvery > 0 {
+		// While the upstream is silent the read wakes to keep the
+		// client's connection from going quiet (see keepQuiet).
+		if ic, ok := resp.LocalAddr().(*idleConn); ok {
+			t.cw, ic.hook = w, t
+			defer func() { ic.hook, t.cw = nil, nil }()
+		}
+	}
 	body := resp.BodyStream()
 	var st streamState
 	var chunk codec.Chunk
@@ -312,14 +336,17 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) (complete bool) {
 		n, rerr := body.Read(sc.Space(readChunk))
 		if n > 0 {
 			sc.Commit(n)
-			if !t.drain(w, sc, &chunk, &st) {
-				// The client left: stop reading; closing the body cancels
-				// the upstream. Bill what was delivered.
-				t.ch.m.clientGone.Inc()
-				t.hcall.Usage.ErrorCode = codec.CodeClientClosedRequest.String()
-				t.settleBill(nil, false, t.delivered)
-				return false
+			if !t.drain(w, sc, &chunk, &st) || !t.keepQuiet(w, time.Now()) {
+				t.gone = true
 			}
+		}
+		if t.gone {
+			// The client left: stop reading; closing the body cancels
+			// the upstream. Bill what was delivered.
+			t.ch.m.clientGone.Inc()
+			t.hcall.Usage.ErrorCode = codec.CodeClientClosedRequest.String()
+			t.settleBill(nil, false, t.delivered)
+			return false
 		}
 		if rerr != nil && !st.done && st.failure == nil {
 			switch {
@@ -367,7 +394,7 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) (complete bool) {
 
 // drain turns every complete upstream event into client frames. It returns
 // false when the client is gone.
-func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *streamState) bool {
+func (t *turn) drain(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chunk, st *streamState) bool {
 	for {
 		ev, ok, err := sc.Next()
 		if err != nil {
@@ -456,10 +483,38 @@ func (t *turn) deliver(frag []byte) {
 	t.delivered = append(t.delivered, frag...)
 }
 
+// keepAliveComment is the SSE comment a quiet stream sends: every SSE
+// parser ignores it, and no wire's frame grammar counts it.
+var keepAliveComment = []byte(": keep-alive\n\n")
+
+// keepQuiet sends the keep-alive comment when nothing reached the client
+// for the quiet interval — a tier reasoning on a wire that does not show
+// reasoning, or an upstream that says nothing — so that proxies and load
+// balancers with an idle timeout do not cut the stream. It runs on the
+// stream's own goroutine, after each upstream read and when a silent
+// upstream's read wakes (idleConn); false means the client is gone.
+func (t *turn) keepQuiet(w *clientWriter, now time.Time) bool {
+	every := t.ch.quietEvery
+	if every <= 0 || now.Sub(w.last) < every || t.last {
+		return true
+	}
+	t.beginFrame()
+	t.out = append(t.out, keepAliveComment...)
+	if !t.flush(w) {
+		t.gone = true
+	}
+	return !t.gone
+}
+
+// quietDue and quiet serve idleConn while this stream reads from it.
+func (t *turn) quietDue() time.Time { return t.cw.last.Add(t.ch.quietEvery) }
+
+func (t *turn) quiet() bool { return t.keepQuiet(t.cw, time.Now()) }
+
 // fail ends a stream that broke after it opened, the way each wire says:
 // /api/v1/chat just stops; the OpenAI route sends an error frame instead of
 // [DONE]; /api/v2/chat sends an error event. What was delivered is billed.
-func (t *turn) fail(w io.Writer, cerr *codec.Error) {
+func (t *turn) fail(w *clientWriter, cerr *codec.Error) {
 	t.ch.m.streamsBroken.Inc()
 	t.hcall.Usage.ErrorCode = cerr.Code.String()
 	t.ch.cfg.Log.Warn("stream failed after it opened", "request_id", string(t.requestID), "tier", t.up.Tier.Name,
@@ -509,7 +564,7 @@ func (t *turn) framed() int {
 // flush writes what t.out holds to the client in one write — the response
 // head first, on the first flush — framed as one chunk, followed by the
 // last chunk when the stream is done; false means the client is gone.
-func (t *turn) flush(w io.Writer) bool {
+func (t *turn) flush(w *clientWriter) bool {
 	from := 0
 	if t.chunked {
 		if n := t.framed(); n > 0 {

@@ -183,11 +183,24 @@ func (up *Upstream) Model() string { return up.cfg.Model }
 // the client set for the whole exchange. Moving a deadline costs a runtime
 // timer update, so it is moved only when a quarter of the idle bound has
 // passed: a stall is then caught between 3/4 and 1 of the bound.
+//
+// While a stream reads it, hook wakes the read when the stream has sent its
+// client nothing for a while, so that it can say so (turn.keepQuiet); the
+// stream finds its connection through the response's LocalAddr, which is
+// the idleConn itself.
 type idleConn struct {
 	net.Conn
 	idle time.Duration
 	hard time.Time
 	set  time.Time // the read deadline in force
+	hook quietHook
+}
+
+// quietHook is a stream reading an idleConn: quietDue is when it must next
+// write to its client; quiet writes, and false means the client is gone.
+type quietHook interface {
+	quietDue() time.Time
+	quiet() bool
 }
 
 func (c *idleConn) SetDeadline(t time.Time) error {
@@ -200,23 +213,58 @@ func (c *idleConn) SetReadDeadline(t time.Time) error {
 	return c.Conn.SetReadDeadline(t)
 }
 
+// LocalAddr is the connection itself, so that a response read from it
+// leads back to it.
+func (c *idleConn) LocalAddr() net.Addr { return c }
+
+// Network and String make the connection its own local address.
+func (c *idleConn) Network() string { return c.Conn.LocalAddr().Network() }
+
+func (c *idleConn) String() string { return c.Conn.LocalAddr().String() }
+
 func (c *idleConn) Read(p []byte) (int, error) {
-	now := time.Now()
-	want := now.Add(c.idle)
-	if !c.hard.IsZero() && c.hard.Before(want) {
-		want = c.hard
-	}
-	// Move the deadline when the one in force is later than wanted (a far
-	// deadline the client set), or nearer than 3/4 of the bound and not the
-	// client's own.
-	if c.set.IsZero() || c.set.After(want) || c.set.Sub(now) < c.idle-c.idle/4 && !c.set.Equal(c.hard) {
-		if err := c.Conn.SetReadDeadline(want); err != nil {
-			return 0, err
+	var want time.Time // the stall bound: an idle bound from the read's start
+	for {
+		now := time.Now()
+		if want.IsZero() {
+			want = now.Add(c.idle)
+			if !c.hard.IsZero() && c.hard.Before(want) {
+				want = c.hard
+			}
 		}
-		c.set = want
+		wake := want
+		if c.hook != nil {
+			if q := c.hook.quietDue(); q.Before(wake) {
+				wake = q
+			}
+		}
+		// Move the deadline when the one in force is later than wanted (a
+		// far deadline the client set), or more than a quarter of the
+		// bound earlier and not the client's own. An early wake is a
+		// stall without a hook, and with one a read resumed.
+		if c.set.IsZero() || c.set.After(wake) || wake.Sub(c.set) > c.idle/4 && !c.set.Equal(c.hard) {
+			if err := c.Conn.SetReadDeadline(wake); err != nil {
+				return 0, err
+			}
+			c.set = wake
+		}
+		n, err := c.Conn.Read(p)
+		if n > 0 || err == nil || c.hook == nil || !isTimeout(err) {
+			return n, err
+		}
+		now = time.Now()
+		if !now.Before(want) {
+			return n, err // stalled
+		}
+		if !now.Before(c.hook.quietDue()) && !c.hook.quiet() {
+			return n, errClientGone
+		}
+		c.set = time.Time{} // the deadline passed; set the next one
 	}
-	return c.Conn.Read(p)
 }
+
+// errClientGone ends an upstream read for a stream whose client left.
+var errClientGone = errors.New("the client left the stream")
 
 // Retries is how many times a failed attempt is retried.
 func (up *Upstream) Retries() int { return up.cfg.Retries }

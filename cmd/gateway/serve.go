@@ -42,8 +42,11 @@ type serveConfig struct {
 	AccessLog       bool
 	Keys            hotpath.VerifierConfig
 	MaxBodySize     int
+	MaxHeaderBytes  int
+	MaxURIBytes     int
 	ReadTimeout     time.Duration
 	IdleTimeout     time.Duration
+	StreamKeepAlive time.Duration
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
 	SimTTFT         time.Duration
@@ -76,8 +79,11 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.Keys.MaxKeys, "key-cache-size", 100_000, "key records held in the cache")
 	fs.DurationVar(&c.Keys.TTL, "key-cache-ttl", 5*time.Minute, "longest a cached key record is trusted without a refetch")
 	fs.IntVar(&c.MaxBodySize, "max-body-size", 8<<20, "largest request body accepted, bytes")
-	fs.DurationVar(&c.ReadTimeout, "read-timeout", 30*time.Second, "time allowed to read a request")
-	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", 16<<10, "largest request header block accepted (the fields after the request line), bytes; larger is 431")
+	fs.IntVar(&c.MaxURIBytes, "max-uri-bytes", 8<<10, "longest request target accepted, bytes; longer is 414")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", 30*time.Second, "time allowed to read a request, from its first byte to its last (and a new connection's first byte); past it the request is 408")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 120*time.Second, "how long a kept connection may wait for its next request before it is closed without a word")
+	fs.DurationVar(&c.StreamKeepAlive, "stream-keepalive-interval", 15*time.Second, "how long a stream may send its client nothing (a tier reasoning on a wire that hides reasoning, a silent upstream) before it sends an SSE comment line \": keep-alive\"; 0 sends none")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown, how long /api/ready answers 503 before the listener closes")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
 	fs.DurationVar(&c.SimTTFT, "sim-ttft", 0, "time to first token of the in-process simulator (tiers on provider sim)")
@@ -127,11 +133,20 @@ func (c *serveConfig) validate() error {
 	if c.MaxBodySize < 1024 {
 		return errors.New("max-body-size: must be at least 1024")
 	}
+	if c.MaxHeaderBytes != 0 && c.MaxHeaderBytes < 1024 {
+		return errors.New("max-header-bytes: must be at least 1024")
+	}
+	if c.MaxURIBytes != 0 && c.MaxURIBytes < 256 {
+		return errors.New("max-uri-bytes: must be at least 256")
+	}
 	for name, d := range map[string]time.Duration{"read-timeout": c.ReadTimeout, "idle-timeout": c.IdleTimeout,
 		"shutdown-timeout": c.ShutdownTimeout} {
 		if d <= 0 {
 			return fmt.Errorf("%s: must be positive", name)
 		}
+	}
+	if c.StreamKeepAlive < 0 {
+		return errors.New("stream-keepalive-interval: must not be negative")
 	}
 	if c.DrainDelay < 0 {
 		return errors.New("drain-delay: must not be negative")
@@ -191,6 +206,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a, err := startApp(ctx, cfg, log)
+	var bind *bindError
+	if errors.As(err, &bind) {
+		fmt.Fprintf(stderr, "gateway serve: %v\n", err)
+		return 2
+	}
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
@@ -230,8 +250,48 @@ type app struct {
 	done     chan struct{}
 }
 
-// startApp wires storage, hotpath, proxy and control together and starts
-// listening. It returns once the API listener accepts connections.
+// keepAliveInterval maps the flag (0 sends none) to the chat setting (0 is
+// the default, negative none).
+func keepAliveInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// bindError is a listener address that cannot be bound: `serve` exits 2,
+// naming it, before it has served anything.
+type bindError struct {
+	flag, addr string
+	err        error
+}
+
+func (e *bindError) Error() string {
+	return fmt.Sprintf("cannot listen on %s %s: %v", e.flag, e.addr, e.err)
+}
+
+func (e *bindError) Unwrap() error { return e.err }
+
+// listen binds every listener before anything is served: a gateway that
+// cannot bind one of its addresses serves on none of them.
+func (a *app) listen() error {
+	var err error
+	if a.ln, err = net.Listen("tcp", a.cfg.Addr); err != nil {
+		return &bindError{flag: "--addr", addr: a.cfg.Addr, err: err}
+	}
+	if a.cfg.AdminAddr != "" {
+		if a.adminLn, err = net.Listen("tcp", a.cfg.AdminAddr); err != nil {
+			_ = a.ln.Close()
+			a.ln = nil
+			return &bindError{flag: "--admin-addr", addr: a.cfg.AdminAddr, err: err}
+		}
+	}
+	return nil
+}
+
+// startApp binds its listeners, wires storage, hotpath, proxy and control
+// together and starts serving. It returns once the API listener accepts
+// connections.
 func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, error) {
 	st, err := loadSettings(cfg.ConfigPath)
 	if err != nil {
@@ -239,7 +299,11 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	}
 	tiers := st.Tiers
 	a := &app{cfg: cfg, log: log, done: make(chan struct{})}
+	if err := a.listen(); err != nil {
+		return nil, err
+	}
 	if a.db, err = storage.Open(ctx, cfg.DB); err != nil {
+		a.closeListeners()
 		return nil, err
 	}
 	if cfg.Migrate {
@@ -326,7 +390,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		idem = storage.NewRedisIdempotency(a.redis, "gw:", cfg.IdempotencyTTL, 0)
 	}
 	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set,
-		ConnsKept: true, Limits: limits, Usage: a.ledger})
+		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive)})
 	if err != nil {
 		a.shutdown()
 		return nil, err
@@ -337,24 +401,10 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		Limits: limits, PoolTiers: st.poolTiers()}
 	a.api.Register(rt)
 
-	a.server = &fasthttp.Server{
-		Handler:               rt.Handler(),
-		Name:                  "gateway",
-		NoDefaultServerHeader: true,
-		ReadTimeout:           cfg.ReadTimeout,
-		IdleTimeout:           cfg.IdleTimeout,
-		MaxRequestBodySize:    cfg.MaxBodySize,
-		CloseOnShutdown:       true,
-		KeepHijackedConns:     true, // streams own their connections (proxy.ChatConfig.ConnsKept)
-		Logger:                fasthttpLogger{log},
-		ErrorHandler:          edge.ParseError,
-	}
 	// A connection whose stream completed serves the client's next request.
-	chat.KeepAlive(a.server.ServeConn)
-	if a.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
-		a.shutdown()
-		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Addr, err)
-	}
+	a.server = proxy.NewServer(proxy.ServerConfig{ReadTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout,
+		MaxBodySize: cfg.MaxBodySize, MaxHeaderBytes: cfg.MaxHeaderBytes, MaxURIBytes: cfg.MaxURIBytes,
+		Logger: fasthttpLogger{log}}, rt, chat)
 	// Running out of descriptors under overload pauses accepting; it must
 	// never end it.
 	accept := proxy.KeepAccepting(a.ln, log)
@@ -364,11 +414,8 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 			log.Error("api listener stopped", "err", err)
 		}
 	}()
-	if cfg.AdminAddr != "" {
-		if err := a.startAdmin(set); err != nil {
-			a.shutdown()
-			return nil, err
-		}
+	if a.adminLn != nil {
+		a.startAdmin(set)
 	}
 	log.Info("listening", "addr", a.ln.Addr().String(), "admin_addr", cfg.AdminAddr, "commit", buildCommit())
 	return a, nil
@@ -377,7 +424,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 // Addr is the API listener's address.
 func (a *app) Addr() string { return a.ln.Addr().String() }
 
-func (a *app) startAdmin(set *metrics.Set) error {
+func (a *app) startAdmin(set *metrics.Set) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		set.WritePrometheus(w)
@@ -388,14 +435,18 @@ func (a *app) startAdmin(set *metrics.Set) error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	ln, err := net.Listen("tcp", a.cfg.AdminAddr)
-	if err != nil {
-		return fmt.Errorf("cannot listen on admin-addr %s: %w", a.cfg.AdminAddr, err)
-	}
-	a.adminLn = ln
 	a.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = a.admin.Serve(ln) }()
-	return nil
+	go func() { _ = a.admin.Serve(a.adminLn) }()
+}
+
+// closeListeners closes listeners that were bound but never served.
+func (a *app) closeListeners() {
+	if a.ln != nil {
+		_ = a.ln.Close()
+	}
+	if a.adminLn != nil {
+		_ = a.adminLn.Close()
+	}
 }
 
 // shutdown drains and stops in the reverse order of start. Calling it again
@@ -408,6 +459,9 @@ func (a *app) stop() {
 		if a.cfg.DrainDelay > 0 {
 			time.Sleep(a.cfg.DrainDelay)
 		}
+	}
+	if a.server == nil {
+		a.closeListeners() // bound, never served
 	}
 	if a.server != nil && a.ln != nil {
 		if a.chat != nil {
@@ -426,6 +480,8 @@ func (a *app) stop() {
 	}
 	if a.admin != nil {
 		_ = a.admin.Close()
+	} else if a.adminLn != nil && a.server != nil {
+		_ = a.adminLn.Close()
 	}
 	if a.sim != nil {
 		a.sim.Shutdown()

@@ -1,0 +1,444 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath"
+)
+
+// The connection lifecycle, byte by byte over loopback TCP: what a client
+// library would hide (a byte written on an idle connection, a response
+// answered twice, a request lost in a read buffer) is what these tests look
+// for. The server runs with short timeouts so that idling past them is
+// quick.
+const (
+	lcRead = 400 * time.Millisecond
+	lcIdle = 1200 * time.Millisecond
+)
+
+func newLifecycleFixture(t *testing.T, edit ...func(*fixtureOptions)) *chatFixture {
+	t.Helper()
+	return newChatFixture(t, append([]func(*fixtureOptions){func(o *fixtureOptions) {
+		o.tcp = true
+		o.server = ServerConfig{ReadTimeout: lcRead, IdleTimeout: lcIdle, MaxBodySize: 64 << 10}
+	}}, edit...)...)
+}
+
+// lcKind is one way a request ends.
+type lcKind struct {
+	name   string
+	body   string
+	status int
+}
+
+func lcKinds() []lcKind {
+	return []lcKind{
+		{"plain", `{"model":"mira","messages":[{"role":"user","content":"hi [[sim:tokens=3]]"}]}`, http.StatusOK},
+		{"stream", streamBody("hi [[sim:tokens=3]]"), http.StatusOK},
+		{"refused", streamBody("hi [[sim:status=500]]"), http.StatusServiceUnavailable},
+		{"failed", streamBody("hi [[sim:drop_after=2]] [[sim:tokens=10]]"), http.StatusOK},
+	}
+}
+
+var lcPaths = []string{"/api/v1/chat", "/api/v2/chat", "/v1/chat/completions"}
+
+// requireSilence asserts that nothing arrives on rc for d.
+func requireSilence(t *testing.T, rc *rawConn, d time.Duration) {
+	t.Helper()
+	require.NoError(t, rc.c.SetReadDeadline(time.Now().Add(d)))
+	b, err := rc.br.Peek(1)
+	require.Empty(t, b, "bytes arrived on an idle connection")
+	var ne net.Error
+	require.True(t, errors.As(err, &ne) && ne.Timeout(), "the connection ended: %v", err)
+	require.NoError(t, rc.c.SetReadDeadline(time.Now().Add(10*time.Second)))
+}
+
+// requireClosedSilently asserts that the server closes rc without writing
+// (a reset counts: a server that closes with the client's bytes unread
+// resets the connection).
+func requireClosedSilently(t *testing.T, rc *rawConn) {
+	t.Helper()
+	b, err := rc.br.Peek(1)
+	require.Empty(t, b, "bytes arrived before the close")
+	if !errors.Is(err, syscall.ECONNRESET) {
+		require.ErrorIs(t, err, io.EOF)
+	}
+}
+
+// requireKind checks a response to a request of kind k.
+func requireKind(t *testing.T, k lcKind, resp *http.Response, body []byte, err error) {
+	t.Helper()
+	require.NoError(t, err)
+	require.Equal(t, k.status, resp.StatusCode, "%s: %s", k.name, body)
+	require.NotEmpty(t, resp.Header.Get(HeaderRequestID))
+	require.NotEmpty(t, resp.Header.Get(HeaderVersion))
+}
+
+// The defect that started this suite: after a complete stream, a client
+// that kept its connection idle past the read timeout was sent an
+// unsolicited 400. Every kind of request on every wire leaves a connection
+// that is quiet while idle, serves the next request after the read timeout
+// has passed, and is closed without a word at the idle timeout.
+func TestKeptConnectionsAreQuietUntilTheIdleTimeout(t *testing.T) {
+	f := newLifecycleFixture(t)
+	for _, path := range lcPaths {
+		for _, k := range lcKinds() {
+			t.Run(path+"/"+k.name, func(t *testing.T) {
+				t.Parallel()
+				rc := f.dialRaw(t)
+				rc.send(t, f, "HTTP/1.1", "POST", path, k.body)
+				resp, body, err := rc.read(t)
+				requireKind(t, k, resp, body, err)
+				require.False(t, resp.Close)
+				requireSilence(t, rc, 2*lcRead)
+				rc.send(t, f, "HTTP/1.1", "POST", path, k.body)
+				resp, body, err = rc.read(t)
+				requireKind(t, k, resp, body, err)
+				start := time.Now()
+				requireClosedSilently(t, rc)
+				require.Greater(t, time.Since(start), lcIdle/2, "closed before the idle timeout")
+			})
+		}
+	}
+}
+
+// A client's Connection: close and an HTTP/1.0 request without keep-alive
+// end the connection after the response, whatever the response was.
+func TestConnectionsCloseWhenTheClientSaysSo(t *testing.T) {
+	f := newLifecycleFixture(t)
+	for _, path := range lcPaths {
+		for _, k := range lcKinds() {
+			t.Run(path+"/"+k.name, func(t *testing.T) {
+				t.Parallel()
+				rc := f.dialRaw(t)
+				rc.send(t, f, "HTTP/1.1", "POST", path, k.body, "Connection", "close")
+				resp, body, err := rc.read(t)
+				requireKind(t, k, resp, body, err)
+				require.True(t, resp.Close)
+				requireClosedSilently(t, rc)
+
+				rc = f.dialRaw(t)
+				rc.send(t, f, "HTTP/1.0", "POST", path, k.body)
+				resp, body, err = rc.read(t)
+				requireKind(t, k, resp, body, err)
+				requireClosedSilently(t, rc)
+			})
+		}
+	}
+}
+
+// rawRequest is one request's bytes.
+func rawRequest(f *chatFixture, method, path, body string, headers ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\n", method, path, f.key)
+	if body != "" || method == "POST" {
+		fmt.Fprintf(&b, "Content-Type: application/json\r\nContent-Length: %d\r\n", len(body))
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		fmt.Fprintf(&b, "%s: %s\r\n", headers[i], headers[i+1])
+	}
+	return b.String() + "\r\n" + body
+}
+
+// Requests pipelined behind any kind of request — a stream, a stream
+// refused before it opened, a stream that failed — sent in the same write,
+// are each answered, in order: a stream hands its connection back with
+// every byte the server had read past its request.
+func TestPipelinedRequestsAreAnsweredInOrder(t *testing.T) {
+	f := newLifecycleFixture(t)
+	for _, path := range lcPaths {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			kinds := append(lcKinds(), lcKinds()...)
+			var all strings.Builder
+			for _, k := range kinds {
+				all.WriteString(rawRequest(f, "POST", path, k.body))
+			}
+			rc := f.dialRaw(t)
+			_, err := io.WriteString(rc.c, all.String())
+			require.NoError(t, err)
+			for _, k := range kinds {
+				resp, body, err := rc.read(t)
+				requireKind(t, k, resp, body, err)
+				if k.name == "stream" && path != "/api/v2/chat" {
+					require.Contains(t, string(body), "[DONE]", k.name)
+				}
+			}
+			requireSilence(t, rc, 2*lcRead)
+		})
+	}
+}
+
+// The shape of a request-smuggling attempt: the head of a second request
+// arrives with a stream's request and its body a moment later. The body is
+// the second request's body — here not JSON, so a 400 — and never parsed as
+// a request of its own (it reads like one: GET /api/v1/me).
+func TestABodyThatArrivesLateIsNeverReadAsARequest(t *testing.T) {
+	f := newLifecycleFixture(t)
+	smuggled := "GET /api/v1/me HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + f.key + "\r\n\r\n"
+	for _, path := range lcPaths {
+		for _, k := range lcKinds()[1:3] {
+			t.Run(path+"/"+k.name, func(t *testing.T) {
+				t.Parallel()
+				rc := f.dialRaw(t)
+				second := rawRequest(f, "POST", "/v1/chat/completions", smuggled)
+				head := second[:len(second)-len(smuggled)]
+				_, err := io.WriteString(rc.c, rawRequest(f, "POST", path, k.body)+head)
+				require.NoError(t, err)
+				resp, body, err := rc.read(t)
+				requireKind(t, k, resp, body, err)
+				time.Sleep(100 * time.Millisecond) // the body comes later
+				_, err = io.WriteString(rc.c, smuggled)
+				require.NoError(t, err)
+				resp, body, err = rc.read(t)
+				require.NoError(t, err)
+				require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
+				require.Contains(t, string(body), "invalid_request")
+				requireSilence(t, rc, 2*lcRead)
+			})
+		}
+	}
+}
+
+// A request with both Content-Length and Transfer-Encoding is refused and
+// its connection closed (RFC 9112 §6.1): what follows it is never served.
+func TestAmbiguousFramingClosesTheConnection(t *testing.T) {
+	f := newLifecycleFixture(t)
+	body := streamBody("hi")
+	chunked := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + f.key +
+		"\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+	rc := f.dialRaw(t)
+	_, err := io.WriteString(rc.c, req+rawRequest(f, "POST", "/v1/chat/completions", body))
+	require.NoError(t, err)
+	resp, out, err := rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.True(t, resp.Close)
+	require.Contains(t, string(out), `"invalid_request_error"`)
+	requireClosedSilently(t, rc)
+}
+
+// Expect: 100-continue is honoured; a body the gateway would refuse is
+// refused before the client sends it.
+func TestExpectContinue(t *testing.T) {
+	f := newLifecycleFixture(t)
+	rc := f.dialRaw(t)
+	req := rawRequest(f, "POST", "/v1/chat/completions", streamBody("hi [[sim:tokens=3]]"), "Expect", "100-continue")
+	head, body, _ := strings.Cut(req, "\r\n\r\n")
+	_, err := io.WriteString(rc.c, head+"\r\n\r\n")
+	require.NoError(t, err)
+	line, err := rc.br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 100 Continue\r\n", line)
+	line, err = rc.br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "\r\n", line)
+	_, err = io.WriteString(rc.c, body)
+	require.NoError(t, err)
+	resp, out, err := rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(out), "[DONE]")
+
+	rc = f.dialRaw(t)
+	_, err = io.WriteString(rc.c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 10000000\r\nExpect: 100-continue\r\n\r\n")
+	require.NoError(t, err)
+	resp, out, err = rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, string(out))
+	require.Contains(t, string(out), `"payload_too_large"`)
+	require.True(t, resp.Close)
+}
+
+// A client that half-closes after its request still gets its whole stream;
+// the slot comes back and the connection closes.
+func TestHalfClosedClientGetsItsStream(t *testing.T) {
+	f := newLifecycleFixture(t)
+	for _, path := range lcPaths {
+		rc := f.dialRaw(t)
+		rc.send(t, f, "HTTP/1.1", "POST", path, streamBody("hi [[sim:tokens=20]] [[sim:itl_ms=5]]"))
+		require.NoError(t, rc.c.(*net.TCPConn).CloseWrite())
+		resp, body, err := rc.read(t)
+		require.NoError(t, err, path)
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		if path == "/api/v2/chat" {
+			require.Contains(t, string(body), "event: finish")
+		} else {
+			require.Contains(t, string(body), "[DONE]")
+		}
+		requireClosedSilently(t, rc)
+	}
+	require.Eventually(t, func() bool { return f.chat.gate.InFlight() == 0 && f.chat.open.Load() == 0 },
+		2*time.Second, 5*time.Millisecond)
+}
+
+// A client that leaves mid-stream: the slot and the reservation come back
+// and the ledger row says what happened.
+func TestClientThatLeavesMidStreamIsBilledAndFreed(t *testing.T) {
+	sink := &recordingSink{}
+	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(func(p *hotpath.Plan) { p.MaxConcurrent = 1 }))
+	f := newLifecycleFixture(t, withLimits(l, sink, uncapped()))
+	for i, path := range lcPaths {
+		rc := f.dialRaw(t)
+		rc.send(t, f, "HTTP/1.1", "POST", path, streamBody("hi [[sim:tokens=400]] [[sim:itl_ms=10]]"))
+		for range 12 { // the head and a few frames
+			_, err := rc.br.ReadString('\n')
+			require.NoError(t, err)
+		}
+		require.NoError(t, rc.c.Close())
+		require.Eventually(t, func() bool { return len(sink.all()) == i+1 }, 5*time.Second, 5*time.Millisecond, path)
+		row := sink.all()[i]
+		require.Equal(t, "client_closed_request", row.ErrorCode, path)
+		require.True(t, row.Billed, path)
+		require.Positive(t, row.OutputTokens, path)
+		require.Eventually(t, func() bool { return f.chat.gate.InFlight() == 0 }, 2*time.Second, 5*time.Millisecond)
+		// The key's one slot is free again.
+		r := f.post(t, path, streamBody("hi [[sim:tokens=2]]"))
+		require.Equal(t, http.StatusOK, r.status, string(r.body))
+		require.Eventually(t, func() bool { return len(sink.all()) == i+2 }, 5*time.Second, 5*time.Millisecond)
+		sink.mu.Lock()
+		sink.rows = sink.rows[:i+1]
+		sink.mu.Unlock()
+	}
+}
+
+// Errors of the HTTP layer are answered with their own status, in the
+// envelope of the wire the path names when the path could be read, with
+// the request id and version headers, and the connection closes.
+func TestHTTPLayerErrorsSpeakTheProductsLanguage(t *testing.T) {
+	f := newLifecycleFixture(t)
+	key := "Authorization: Bearer " + f.key + "\r\n"
+	long := strings.Repeat("a", 17<<10)
+	cases := []struct {
+		name, req string
+		status    int
+		code      string
+		openai    bool
+	}{
+		{"headers over 16 KiB on /v1", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key + "X-Long: " + long + "\r\nContent-Length: 0\r\n\r\n",
+			431, "request_headers_too_large", true},
+		{"headers over 16 KiB on /api", "POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\n" + key + "X-Long: " + long + "\r\nContent-Length: 0\r\n\r\n",
+			431, "request_headers_too_large", false},
+		{"a head over both limits", "GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Long: " + strings.Repeat(long, 2) + "\r\n\r\n",
+			431, "request_headers_too_large", false},
+		{"target over 8 KiB", "GET /v1/models?q=" + long[:9<<10] + " HTTP/1.1\r\nHost: gw\r\n\r\n", 414, "uri_too_long", true},
+		{"bad chunk size", "POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\n" + key + "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+			400, "invalid_request", false},
+		{"two Content-Lengths", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+			400, "invalid_request", false},
+		{"unknown Transfer-Encoding", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip\r\n\r\nabcd",
+			501, "transfer_encoding_not_supported", false},
+		{"no Host", "GET /api/v1/models HTTP/1.1\r\n\r\n", 400, "invalid_request", false},
+		{"NUL in a header", "GET /api/v1/models HTTP/1.1\r\nHost: gw\r\nX-A: a\x00b\r\n\r\n", 400, "invalid_request", false},
+		{"bare LF", "GET /api/v1/models HTTP/1.1\nHost: gw\n\n", 400, "invalid_request", false},
+		{"body over the limit", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key + "Content-Length: 100000\r\n\r\n" + strings.Repeat("x", 100000),
+			413, "payload_too_large", true},
+		{"OPTIONS on /v1", "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n", 405, "method_not_allowed", true},
+		{"OPTIONS on /api", "OPTIONS /api/v1/chat HTTP/1.1\r\nHost: gw\r\n\r\n", 405, "method_not_allowed", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rc := f.dialRaw(t)
+			_, err := io.WriteString(rc.c, c.req)
+			require.NoError(t, err)
+			resp, body, err := rc.read(t)
+			require.NoError(t, err)
+			require.Equal(t, c.status, resp.StatusCode, string(body))
+			require.NotEmpty(t, resp.Header.Get(HeaderRequestID))
+			require.NotEmpty(t, resp.Header.Get(HeaderVersion))
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			if c.openai {
+				require.Contains(t, string(body), `{"error":{`)
+				require.Contains(t, string(body), `"code":"`+c.code+`"`)
+			} else {
+				require.Contains(t, string(body), `"code":"`+c.code+`"`)
+				require.Contains(t, string(body), `"request_id":"`)
+			}
+			if c.status == 405 {
+				require.Contains(t, resp.Header.Get("Allow"), "POST")
+				return
+			}
+			require.True(t, resp.Close)
+			requireClosedSilently(t, rc)
+		})
+	}
+	// A header block under the limit — a long token, many headers — is
+	// served.
+	rc := f.dialRaw(t)
+	rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", lcKinds()[0].body, "X-Long", long[:12<<10])
+	resp, body, err := rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+}
+
+// A request that does not arrive whole within the read timeout — a pause
+// mid-head, a slow-loris trickle, a body that stops — is answered 408 and
+// closed; a connection that never sends a byte is closed without a word.
+func TestReadTimeouts(t *testing.T) {
+	f := newLifecycleFixture(t)
+	t.Run("nothing sent", func(t *testing.T) {
+		t.Parallel()
+		rc := f.dialRaw(t)
+		requireClosedSilently(t, rc)
+	})
+	t.Run("trickle", func(t *testing.T) {
+		t.Parallel()
+		rc := f.dialRaw(t)
+		head := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Slow: " + strings.Repeat("a", 100)
+		go func() {
+			for i := range len(head) {
+				if _, err := rc.c.Write([]byte{head[i]}); err != nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+		resp, body, err := rc.read(t)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, string(body))
+		require.Contains(t, string(body), `"code":"request_timeout"`)
+		require.True(t, resp.Close)
+	})
+	t.Run("body stops", func(t *testing.T) {
+		t.Parallel()
+		rc := f.dialRaw(t)
+		_, err := io.WriteString(rc.c, "POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\n{\"model\"")
+		require.NoError(t, err)
+		resp, body, err := rc.read(t)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, string(body))
+		require.Contains(t, string(body), `"request_id"`)
+	})
+}
+
+// A bare-LF head is refused at once, not after the read timeout.
+func TestBareLFIsRefusedAtOnce(t *testing.T) {
+	f := newChatFixture(t, func(o *fixtureOptions) { o.tcp = true })
+	rc := f.dialRaw(t)
+	require.NoError(t, rc.c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err := io.WriteString(rc.c, "POST /v1/chat/completions HTTP/1.1\nHost: gw\nContent-Length: 2\n\n{}")
+	require.NoError(t, err)
+	resp, body, err := rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, string(body), "CRLF")
+	// A body with bare LFs is not a head.
+	rc = f.dialRaw(t)
+	body2 := "{\n\"model\": \"mira\",\n\n\"messages\": [{\"role\":\"user\",\"content\":\"hi\"}]}"
+	rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", body2)
+	resp, body, err = rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+}

@@ -1,0 +1,322 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
+)
+
+// ServerConfig is the HTTP/1.1 listener's limits and timeouts.
+type ServerConfig struct {
+	// ReadTimeout bounds reading one request, from its first byte to its
+	// last (a new connection's first byte must also come within it).
+	// Default 30s.
+	ReadTimeout time.Duration
+	// IdleTimeout bounds the silence of a kept connection between two
+	// requests; it then closes without a word. Default 120s.
+	IdleTimeout time.Duration
+	// MaxBodySize is the largest request body. Default 8 MiB.
+	MaxBodySize int
+	// MaxHeaderBytes bounds a request's header fields (the block after the
+	// request line). Default 16 KiB.
+	MaxHeaderBytes int
+	// MaxURIBytes bounds the request target. Default 8 KiB.
+	MaxURIBytes int
+	// Logger receives the server's own failures (a panic outside any
+	// route, an accept error).
+	Logger fasthttp.Logger
+}
+
+func (c *ServerConfig) defaults() {
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 120 * time.Second
+	}
+	if c.MaxBodySize <= 0 {
+		c.MaxBodySize = 8 << 20
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 16 << 10
+	}
+	if c.MaxURIBytes <= 0 {
+		c.MaxURIBytes = 8 << 10
+	}
+}
+
+// requestLineRoom is what a request line takes besides its target: the
+// longest method, two spaces, the version and CRLF.
+const requestLineRoom = 32
+
+// NewServer returns the server for the route table: every request passes
+// the HTTP checks (a target or header block too long, ambiguous framing)
+// before its route, and errors of the HTTP layer are answered in the
+// envelope of the path's wire. chat, when not nil, has connections whose
+// stream ended go on serving the client's next request.
+//
+// The read buffer holds the longest request line and header block the
+// limits allow, so a request within them is always read whole and the
+// edge, which knows the path, answers one beyond them; only a head longer
+// than both limits together is refused before its path can be read. The
+// buffer is held only while a request is read (ReduceMemoryUsage): an idle
+// kept connection holds no buffer.
+func NewServer(cfg ServerConfig, rt *Router, chat *Chat) *fasthttp.Server {
+	cfg.defaults()
+	e := rt.edge
+	e.maxHeaderBytes, e.maxURIBytes, e.maxBodySize = cfg.MaxHeaderBytes, cfg.MaxURIBytes, cfg.MaxBodySize
+	s := &fasthttp.Server{
+		Handler:               rt.Handler(),
+		Name:                  "gateway",
+		NoDefaultServerHeader: true,
+		ReadTimeout:           cfg.ReadTimeout,
+		IdleTimeout:           cfg.IdleTimeout,
+		MaxRequestBodySize:    cfg.MaxBodySize,
+		ReadBufferSize:        cfg.MaxHeaderBytes + cfg.MaxURIBytes + requestLineRoom,
+		ReduceMemoryUsage:     true,
+		CloseOnShutdown:       true,
+		KeepHijackedConns:     true, // streams own their connections (ChatConfig.ConnsKept)
+		Logger:                cfg.Logger,
+		ErrorHandler:          e.ParseError,
+		ExpectHandler:         e.expect,
+	}
+	if chat != nil {
+		chat.KeepAlive(s.ServeConn, cfg.IdleTimeout)
+	}
+	return s
+}
+
+// HTTP-layer refusals. Their codes are the gateway's own (the spec does
+// not list the HTTP layer's); docs/http.md lists them.
+var (
+	errHeadersTooLarge = &codec.Error{Code: codec.CodeRequestHeadersTooLarge}
+	errURITooLong      = &codec.Error{Code: codec.CodeURITooLong}
+	errRequestTimeout  = &codec.Error{Code: codec.CodeRequestTimeout}
+	errTransferCoding  = &codec.Error{Code: codec.CodeTransferEncodingNotSupported}
+	errAmbiguousLength = codec.NewError(codec.CodeInvalidRequest,
+		"The request has both Content-Length and Transfer-Encoding; send one.")
+	errDuplicateLength = codec.NewError(codec.CodeInvalidRequest, "The request has more than one Content-Length.")
+	errBadChunk        = codec.NewError(codec.CodeInvalidRequest, "The request's chunked body is malformed.")
+	errHostRequired    = codec.NewError(codec.CodeInvalidRequest, "An HTTP/1.1 request must carry one Host header.")
+	errBadContentLen   = codec.NewError(codec.CodeInvalidRequest, "The request's Content-Length is not a number.")
+	errMalformedHTTP   = codec.NewError(codec.CodeInvalidRequest,
+		"The request is not valid HTTP/1.1: a malformed request line or header field.")
+	errBareLine = codec.NewError(codec.CodeInvalidRequest, "The request's lines must end with CRLF.")
+)
+
+// guard applies the checks of the HTTP layer that the parser leaves to the
+// server, before the route: the target's and header block's lengths, and
+// the framing RFC 9112 §6.1 says to refuse. Each costs a length compare on
+// an ordinary request; the header scan runs only on chunked requests.
+func (e *Edge) guard(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		h := &ctx.Request.Header
+		var cerr *codec.Error
+		switch {
+		case len(h.RequestURI()) > e.maxURIBytes:
+			cerr = errURITooLong
+		case len(h.RawHeaders()) > e.maxHeaderBytes:
+			cerr = errHeadersTooLarge
+		case h.ContentLength() == -1 && hasField(h.RawHeaders(), "content-length"):
+			// Both framings: a hop before this one may have read the
+			// other, so what follows on the connection is not trusted.
+			cerr = errAmbiguousLength
+		}
+		if cerr != nil {
+			e.refuse(ctx, cerr, true)
+			return
+		}
+		next(ctx)
+	}
+}
+
+// expect answers a request that waits for 100 Continue: one whose body
+// would be refused is refused before the client sends it.
+func (e *Edge) expect(ctx *fasthttp.RequestCtx) int {
+	if ctx.Request.Header.ContentLength() > e.maxBodySize {
+		e.refuse(ctx, codec.ErrPayloadTooLarge, true)
+		return fasthttp.StatusRequestEntityTooLarge
+	}
+	return fasthttp.StatusContinue
+}
+
+// hasField reports whether the raw header block has a field named name
+// (lower case).
+func hasField(raw []byte, name string) bool {
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		k, _, ok := bytes.Cut(line, []byte{':'})
+		if ok && len(k) == len(name) && bytes.EqualFold(k, []byte(name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// refuse answers cerr as the edge answers any error: the envelope of the
+// path's wire, a fresh request id and the version; close ends the
+// connection after it.
+func (e *Edge) refuse(ctx *fasthttp.RequestCtx, cerr *codec.Error, close bool) {
+	var id [36]byte
+	rid := hotpath.AppendRequestID(id[:0])
+	ctx.Response.Header.SetBytesV(HeaderRequestID, rid)
+	var v [10]byte
+	ctx.Response.Header.SetBytesV(HeaderVersion, codec.CurrentVersion.AppendTo(v[:0]))
+	e.errors[cerr.Code].Inc()
+	WriteError(ctx, wireOf(string(ctx.Path())), cerr, rid)
+	if close {
+		ctx.SetConnectionClose()
+	}
+}
+
+// ParseError answers a request the server could not read, as
+// fasthttp.Server.ErrorHandler: in the envelope of the path's wire when the
+// path was read, with the status the failure calls for, and the
+// connection closes. A connection on which nothing of a request arrived,
+// or whose client left mid-request, is closed without a word: there is no
+// one to answer, and bytes written to an idle connection would be read as
+// the answer to the client's next request.
+func (e *Edge) ParseError(ctx *fasthttp.RequestCtx, err error) {
+	cerr, quiet := classifyReadError(ctx, err)
+	if quiet {
+		if cerr != nil {
+			e.errors[cerr.Code].Inc()
+		}
+		_ = ctx.Conn().Close()
+		return
+	}
+	e.refuse(ctx, cerr, true)
+}
+
+// classifyReadError maps a read failure to its answer; quiet means nothing
+// is written (cerr, when set, is only counted).
+func classifyReadError(ctx *fasthttp.RequestCtx, err error) (cerr *codec.Error, quiet bool) {
+	var small *fasthttp.ErrSmallBuffer
+	var op *net.OpError
+	h := &ctx.Request.Header
+	headRead := len(h.Method()) > 0 && len(h.RequestURI()) > 0
+	msg := err.Error()
+	switch {
+	case errors.As(err, &small):
+		return errHeadersTooLarge, false
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return codec.ErrPayloadTooLarge, false
+	case errors.Is(err, errBareLF):
+		return errBareLine, false
+	case isTimeout(err):
+		if !headRead && errors.As(err, &op) && error(op) == err {
+			// The timeout came before the first byte of a request.
+			return nil, true
+		}
+		return errRequestTimeout, false
+	case clientLeft(err):
+		return codec.ErrClientClosedRequest, true
+	case errors.Is(err, fasthttp.ErrDuplicateContentLength):
+		return errDuplicateLength, false
+	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding), strings.Contains(msg, "unsupported transfer-encoding"):
+		return errTransferCoding, false
+	case strings.Contains(msg, "host header"):
+		return errHostRequired, false
+	case headRead && h.ContentLength() == -1:
+		return errBadChunk, false
+	case strings.Contains(msg, "content-length"), errors.Is(err, fasthttp.ErrNonNumericChars):
+		return errBadContentLen, false
+	}
+	return errMalformedHTTP, false
+}
+
+// clientLeft reports a read that ended because the client closed or reset
+// its connection.
+func clientLeft(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.EPIPE)
+}
+
+// keptConn is a client connection that a stream handed back to the server
+// for the client's next request. The bytes the server had read ahead of the
+// stream's request come first; then, until the next request's first byte
+// arrives, the connection is idle like any kept connection: the server's
+// first-request read timeout is replaced by the idle timeout.
+type keptConn struct {
+	net.Conn
+	ahead   []byte
+	idle    time.Duration
+	started bool
+}
+
+func (c *keptConn) Read(p []byte) (int, error) {
+	if len(c.ahead) > 0 {
+		n := copy(p, c.ahead)
+		c.ahead = c.ahead[n:]
+		c.started = true
+		return n, nil
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.started = true
+	}
+	return n, err
+}
+
+func (c *keptConn) SetReadDeadline(t time.Time) error {
+	return c.Conn.SetReadDeadline(c.deadline(t))
+}
+
+func (c *keptConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetReadDeadline(c.deadline(t))
+}
+
+// deadline is the read deadline in force for t: the idle bound while the
+// next request has not begun.
+func (c *keptConn) deadline(t time.Time) time.Time {
+	if c.started || len(c.ahead) > 0 || t.IsZero() {
+		return t
+	}
+	return time.Now().Add(c.idle)
+}
+
+// aLongTimeAgo is a read deadline that has passed: a read then returns
+// what is buffered above the socket, or a timeout at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// takeOver returns the socket under a connection the server hijacked, and
+// appends to ahead every byte the server had read past the request — a
+// pipelined request, or the start of one — so that none is lost when the
+// connection is handed back. buf is scratch space.
+func takeOver(conn net.Conn, ahead, buf []byte) (net.Conn, []byte) {
+	if err := conn.SetReadDeadline(aLongTimeAgo); err == nil {
+		for {
+			n, err := conn.Read(buf)
+			ahead = append(ahead, buf[:n]...)
+			if err != nil || n == 0 {
+				break
+			}
+		}
+		_ = conn.SetReadDeadline(time.Time{})
+	}
+	if u, ok := conn.(interface{ UnsafeConn() net.Conn }); ok {
+		conn = u.UnsafeConn()
+	}
+	if k, ok := conn.(*keptConn); ok {
+		ahead = append(ahead, k.ahead...)
+		conn = k.Conn
+	}
+	return conn, ahead
+}
