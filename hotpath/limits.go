@@ -283,6 +283,14 @@ func retryAfter(now time.Time, reset int64) int {
 	return int(max(reset-now.Unix(), 1))
 }
 
+// CreditRetryAfter is the Retry-After, in seconds, of credits_exhausted.
+// Prepaid credit is a balance, not an allowance: it resets on nothing by
+// time and clears only when an operator adds credit. So the refusal has no
+// reset_at and GET /api/v1/limits shows credits.resets_at null; every 429
+// must still carry Retry-After, and this one is a back-off (retrying sooner
+// fails the same way unless credit was added), not a reset time.
+const CreditRetryAfter = 3600
+
 // errConcurrency is the refusal at the per-key in-flight ceiling.
 var errConcurrency = &codec.Error{Code: codec.CodeRateLimited,
 	Message: "Too many chat requests in flight for this key; retry in a moment.",
@@ -385,9 +393,7 @@ func (l *Limits) refusal(ctx context.Context, now time.Time, b *Budget, p *Princ
 		e.Code = codec.CodeCreditsExhausted
 		e.Message = "This key's prepaid credit is spent."
 		if reset == 0 {
-			// Credit does not reset by itself: retrying soon fails the
-			// same way until credit is added.
-			e.Detail.RetryAfter = 3600
+			e.Detail.RetryAfter = CreditRetryAfter
 		}
 	default:
 		e.Code = codec.CodeBudgetExhausted

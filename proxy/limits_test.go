@@ -273,6 +273,12 @@ func TestNoOvershootUnderConcurrency(t *testing.T) {
 				case http.StatusTooManyRequests:
 					refused++
 					require.Contains(t, string(r.body), `"`+tc.code+`"`)
+					if tc.code == "credits_exhausted" {
+						// Credit resets on nothing: no reset_at, as the
+						// limits document shows resets_at null; a back-off.
+						require.NotContains(t, string(r.body), "reset_at")
+						require.Equal(t, strconv.Itoa(hotpath.CreditRetryAfter), r.header.Get("Retry-After"))
+					}
 					require.NotEmpty(t, r.header.Get("Retry-After"))
 				default:
 					t.Fatalf("unexpected %d %s", r.status, r.body)

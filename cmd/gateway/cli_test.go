@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -299,4 +300,31 @@ func TestAdminMeteringCommands(t *testing.T) {
 	var plan string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `select plan from organizations where id = $1`, org["id"]).Scan(&plan))
 	require.Equal(t, "team", plan)
+}
+
+// A gateway that cannot bind one of its listeners serves on none of them:
+// it exits 2 naming the address, without having served on the other.
+func TestServeBindsEveryListenerOrNone(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	freeAddr := free.Addr().String()
+	require.NoError(t, free.Close())
+
+	for _, c := range []struct{ addr, admin, flag string }{
+		{freeAddr, taken.Addr().String(), "--admin-addr"},
+		{taken.Addr().String(), freeAddr, "--addr"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"serve", "--addr", c.addr, "--admin-addr", c.admin,
+			"--database-url", "postgres://nobody@127.0.0.1:1/none"}, &stdout, &stderr)
+		require.Equal(t, 2, code, stderr.String())
+		require.Contains(t, stderr.String(), c.flag+" "+taken.Addr().String())
+		// The other address was bound and released, never served.
+		ln, err := net.Listen("tcp", freeAddr)
+		require.NoError(t, err, "the other listener was left open")
+		require.NoError(t, ln.Close())
+	}
 }
