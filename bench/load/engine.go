@@ -174,7 +174,7 @@ func newRunner(ctx context.Context, sc *Scenario, t Target, opt Options) (*runne
 		Dial:                     r.conns.dial(dial),
 		MaxConns:                 max(maxConns, 1),
 		MaxConnWaitTimeout:       c.Timeout,
-		MaxIdleConnDuration:      30 * time.Second,
+		MaxIdleConnDuration:      max(30*time.Second, 2*c.Think), // a think gap keeps its connection
 		ReadBufferSize:           orDefault(opt.Client.ReadBufferSize, 4<<10),
 		WriteBufferSize:          orDefault(opt.Client.WriteBufferSize, 4<<10),
 		NoDefaultUserAgentHeader: true,
@@ -455,6 +455,22 @@ func (r *runner) client1(ctx context.Context, ph *phase, w uint32) {
 			ph.rec.record(w, &c.out)
 		}
 		c.reset()
+		if r.sc.Think > 0 && !ph.sleep(ctx, r.sc.Think) {
+			return
+		}
+	}
+}
+
+// sleep waits d, or less when the phase or ctx ends first; false means
+// sending must stop.
+func (ph *phase) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(min(d, time.Until(ph.end)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return ph.reason.Load() == 0 && time.Now().Before(ph.end)
 	}
 }
 

@@ -434,3 +434,25 @@ func TestCompareCooldown(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A closed-loop client with a think time waits that long between its
+// requests and keeps its connection idle meanwhile.
+func TestThinkTimeSpacesRequestsOnKeptConnections(t *testing.T) {
+	base := startSim(t)
+	sc := quick(t, Scenario{
+		Wires: map[Wire]float64{WireUpstream: 1}, ReplyTokens: 2, Concurrency: 2, Think: 300 * time.Millisecond,
+		MaxRequests: 6, Duration: 20 * time.Second,
+	})
+	start := time.Now()
+	res, err := Run(context.Background(), sc, Target{Name: "direct", BaseURL: base}, Options{Seed: 1})
+	require.NoError(t, err)
+	require.EqualValues(t, 6, res.Completed)
+	require.Zero(t, res.Errors)
+	require.GreaterOrEqual(t, time.Since(start), 600*time.Millisecond, "three requests a client, two pauses each")
+	require.LessOrEqual(t, res.Connections, int64(2), "one kept connection per client")
+
+	_, err = LoadScenario("idle-gaps")
+	require.NoError(t, err)
+	bad := Scenario{Rate: 10, Think: time.Second}
+	require.ErrorContains(t, bad.Validate(), "think")
+}

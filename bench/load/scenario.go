@@ -233,6 +233,12 @@ func (s *Scenario) Validate() error {
 	if s.Cooldown < 0 {
 		return bad("cooldown", "must not be negative")
 	}
+	if s.Think < 0 {
+		return bad("think", "must not be negative")
+	}
+	if s.Think > 0 && s.Mode != ModeClosed {
+		return bad("think", "applies to the closed loop only")
+	}
 	return nil
 }
 

@@ -67,6 +67,11 @@ type Scenario struct {
 	Rate        float64 `yaml:"rate"`        // requests per second (open loop)
 	Poisson     bool    `yaml:"poisson"`     // exponential gaps instead of constant ones
 	Concurrency int     `yaml:"concurrency"` // clients (closed loop)
+	// Think is how long a closed-loop client waits after each answer before
+	// its next request, its connection idle in the pool meanwhile: pooled
+	// clients leave kept connections idle like this between turns, and a
+	// gap past the server's read timeout shows whether it writes on them.
+	Think time.Duration `yaml:"think"`
 	// MaxInFlight caps the requests an open loop keeps in flight; a request
 	// due while the cap is reached is not sent and counts as an error with
 	// code harness_backlog. Default: four times what the rate and the
