@@ -77,6 +77,8 @@ type Chat struct {
 	closing   atomic.Bool
 	// quietEvery is the keep-alive interval; 0 sends none.
 	quietEvery time.Duration
+	// watch notices streaming clients that leave.
+	watch *departures
 
 	errImages *codec.Error // image_not_supported naming the tiers that read images
 }
@@ -93,7 +95,8 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 10_000
 	}
-	ch := &Chat{cfg: cfg, tiers: cfg.Tiers, gate: hotpath.NewGate(cfg.MaxInFlight), quietEvery: cfg.KeepAliveInterval}
+	ch := &Chat{cfg: cfg, tiers: cfg.Tiers, gate: hotpath.NewGate(cfg.MaxInFlight), quietEvery: cfg.KeepAliveInterval,
+		watch: newDepartures()}
 	if ch.quietEvery == 0 {
 		ch.quietEvery = 15 * time.Second
 	}
@@ -227,7 +230,12 @@ type turn struct {
 	// rateShown says admission ran: the rate headers are set (or the
 	// limiter could not be reached).
 	rateShown bool
-	ttft      time.Duration
+	// departed is set by the departure watcher when a stream's client
+	// left; upConn is the stream's upstream connection once known, which
+	// the watcher closes then.
+	departed atomic.Bool
+	upConn   atomic.Pointer[idleConn]
+	ttft     time.Duration
 
 	// A stream's framing: chunked (HTTP/1.1) or ended by closing the
 	// connection; the connection closes after it (lastConn); before the
@@ -270,6 +278,9 @@ func (ch *Chat) KeepAlive(serve func(net.Conn) error, idle time.Duration) {
 // StopKeepAlive has streams that complete from now on close their
 // connections. Call it when shutdown begins, before the server stops.
 func (ch *Chat) StopKeepAlive() { ch.closing.Store(true) }
+
+// Close stops the departure watcher. Call it once streams have drained.
+func (ch *Chat) Close() { ch.watch.close() }
 
 // Drain waits until every open stream has ended, or ctx ends; it reports
 // whether they all did. Call it after the listener stopped accepting.

@@ -98,6 +98,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	f.chat, err = NewChat(ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: o.idempotency, MaxInFlight: o.maxInFlight,
 		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive})
 	require.NoError(t, err)
+	t.Cleanup(f.chat.Close)
 
 	src := &mapSource{users: map[hotpath.TokenHash]*hotpath.Principal{}}
 	var h hotpath.TokenHash

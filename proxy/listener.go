@@ -117,3 +117,11 @@ func (c *edgeConn) Write(p []byte) (int, error) {
 }
 
 var interim = []byte("HTTP/1.1 100 ")
+
+// SyscallConn exposes the socket, for the departure watcher.
+func (c *edgeConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}

@@ -52,6 +52,7 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 				t.out = make([]byte, 0, minScratch)
 			}
 			conn, t.ahead = takeOver(conn, t.ahead[:0], t.out[:cap(t.out)])
+			ch.watch.add(t, conn)
 			go t.open(conn, req, head, true)
 			return
 		}
@@ -71,9 +72,20 @@ func (t *turn) open(conn net.Conn, req *fasthttp.Request, head *fasthttp.Respons
 	resp.StreamBody = true
 	cerr := t.callGuarded(req, resp)
 	fasthttp.ReleaseRequest(req)
+	if cerr == nil && t.departed.Load() {
+		// The client left while the upstream call was under way:
+		// nothing reached it, nothing is billed.
+		cerr = codec.ErrClientClosedRequest
+		t.ch.m.clientGone.Inc()
+	}
 	if cerr != nil {
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
+		if cerr == codec.ErrClientClosedRequest {
+			fasthttp.ReleaseResponse(head)
+			t.end(conn, nil, codec.CodeClientClosedRequest.Status(), cerr, owned, false, false)
+			return
+		}
 		t.refuse(conn, head, cerr, owned)
 		return
 	}
@@ -183,6 +195,8 @@ func (t *turn) keepConn(conn net.Conn, owned bool) bool {
 // its end (complete) and released.
 func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *codec.Error, owned, keep, complete bool) {
 	ch := t.ch
+	ch.watch.remove(t)
+	t.upConn.Store(nil)
 	var next net.Conn
 	if owned && !keep {
 		_ = conn.Close()
@@ -321,10 +335,16 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	sc := scannerPool.Get().(*codec.SSEScanner)
 	sc.Reset()
 	defer scannerPool.Put(sc)
-	if t.ch.quietEvery > 0 {
-		// While the upstream is silent the read wakes to keep the
-		// client's connection from going quiet (see keepQuiet).
-		if ic, ok := resp.LocalAddr().(*idleConn); ok {
+	if ic, ok := resp.LocalAddr().(*idleConn); ok {
+		// The departure watcher closes it when the client leaves, which
+		// wakes a read of a silent upstream.
+		t.upConn.Store(ic)
+		if t.departed.Load() {
+			t.gone = true
+		}
+		if t.ch.quietEvery > 0 {
+			// While the upstream is silent the read wakes to keep the
+			// client's connection from going quiet (see keepQuiet).
 			t.cw, ic.hook = w, t
 			defer func() { ic.hook, t.cw = nil, nil }()
 		}
@@ -332,21 +352,19 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	body := resp.BodyStream()
 	var st streamState
 	var chunk codec.Chunk
-	for !st.done && st.failure == nil {
+	for !st.done && st.failure == nil && !t.gone {
 		n, rerr := body.Read(sc.Space(readChunk))
-		if n > 0 {
+		if t.departed.Load() {
+			t.gone = true
+		}
+		if n > 0 && !t.gone {
 			sc.Commit(n)
 			if !t.drain(w, sc, &chunk, &st) || !t.keepQuiet(w, time.Now()) {
 				t.gone = true
 			}
 		}
 		if t.gone {
-			// The client left: stop reading; closing the body cancels
-			// the upstream. Bill what was delivered.
-			t.ch.m.clientGone.Inc()
-			t.hcall.Usage.ErrorCode = codec.CodeClientClosedRequest.String()
-			t.settleBill(nil, false, t.delivered)
-			return false
+			break
 		}
 		if rerr != nil && !st.done && st.failure == nil {
 			switch {
@@ -359,6 +377,14 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 				st.failure = errStreamBroken
 			}
 		}
+	}
+	if t.gone {
+		// The client left: stop reading; closing the body cancels the
+		// upstream. Bill what was delivered.
+		t.ch.m.clientGone.Inc()
+		t.hcall.Usage.ErrorCode = codec.CodeClientClosedRequest.String()
+		t.settleBill(nil, false, t.delivered)
+		return false
 	}
 	if st.failure != nil {
 		t.fail(w, st.failure)

@@ -473,8 +473,11 @@ func (a *app) stop() {
 		}
 		// Streams own their connections: the server's shutdown does not
 		// wait for them, so wait here, within the same bound.
-		if a.chat != nil && !a.chat.Drain(ctx) {
-			a.log.Warn("streams still open at shutdown")
+		if a.chat != nil {
+			if !a.chat.Drain(ctx) {
+				a.log.Warn("streams still open at shutdown")
+			}
+			a.chat.Close()
 		}
 		cancel()
 	}

@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/edgegw/gateway/bench/sim"
+	"github.com/edgegw/gateway/hotpath"
+)
+
+// closeWatch records when the gateway closes each upstream connection.
+type closeWatch struct {
+	mu     sync.Mutex
+	closed []time.Time
+}
+
+type watchedConn struct {
+	net.Conn
+	w    *closeWatch
+	once sync.Once
+}
+
+func (c *watchedConn) Close() error {
+	c.once.Do(func() {
+		c.w.mu.Lock()
+		c.w.closed = append(c.w.closed, time.Now())
+		c.w.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// closedAfter reports whether an upstream connection was closed after t.
+func (w *closeWatch) closedAfter(t time.Time) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.closed {
+		if c.After(t) {
+			return c, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// A streaming client that leaves is noticed within a second whatever its
+// stream is doing — waiting for the first token, stalled, or mid-stream:
+// the upstream connection is closed, the slot comes back, and the ledger
+// row bills what was delivered as client_closed_request.
+func TestDeparturesReachTheUpstreamAtOnce(t *testing.T) {
+	cw := &closeWatch{}
+	simLn := fasthttputil.NewInmemoryListener()
+	s := sim.New(sim.Config{})
+	go func() { _ = s.Serve(simLn) }()
+	t.Cleanup(s.Shutdown)
+	var dials atomic.Int64
+	sink := &recordingSink{}
+	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(nil))
+	f := newChatFixture(t, withLimits(l, sink, uncapped()), func(o *fixtureOptions) {
+		o.tcp = true
+		o.dial = func() (net.Conn, error) {
+			dials.Add(1)
+			c, err := simLn.Dial()
+			if err != nil {
+				return nil, err
+			}
+			return &watchedConn{Conn: c, w: cw}, nil
+		}
+		o.upstream = func(c *UpstreamConfig) { c.StreamIdle = 30 * time.Second }
+	})
+	cases := []struct {
+		name, content string
+		frames        int // lines to read before leaving
+	}{
+		{"before the first token", "[[sim:ttft_ms=20000]] [[sim:tokens=5]]", 3},
+		{"stalled", "[[sim:tokens=50]] [[sim:fault=stall_after=3]]", 8},
+		{"mid-stream", "[[sim:tokens=4000]] [[sim:itl_ms=5]]", 20},
+	}
+	for i, c := range cases {
+		for _, path := range lcPaths {
+			rc := f.dialRaw(t)
+			rc.send(t, f, "HTTP/1.1", "POST", path, streamBody("hi "+c.content))
+			for range c.frames {
+				_, err := rc.br.ReadString('\n')
+				require.NoError(t, err, "%s %s", c.name, path)
+			}
+			left := time.Now()
+			require.NoError(t, rc.c.Close())
+			require.Eventually(t, func() bool { _, ok := cw.closedAfter(left); return ok }, 3*time.Second, 5*time.Millisecond,
+				"%s %s: the upstream connection stayed open", c.name, path)
+			at, _ := cw.closedAfter(left)
+			require.Less(t, at.Sub(left), time.Second, "%s %s", c.name, path)
+			require.Eventually(t, func() bool { return f.chat.gate.InFlight() == 0 }, 2*time.Second, 5*time.Millisecond)
+			rows := sink.all()
+			require.NotEmpty(t, rows)
+			row := rows[len(rows)-1]
+			require.Equal(t, "client_closed_request", row.ErrorCode, "%s %s", c.name, path)
+			require.Equal(t, i > 0, row.OutputTokens > 0, "%s %s: bills what was delivered", c.name, path)
+		}
+	}
+	// A client that is still there is never taken for gone, and a
+	// pipelined request it sent meanwhile is still served.
+	rc := f.dialRaw(t)
+	_, err := rc.c.Write([]byte(rawRequest(f, "POST", "/v1/chat/completions", streamBody("hi [[sim:tokens=3]] [[sim:ttft_ms=800]]")) +
+		rawRequest(f, "POST", "/v1/chat/completions", lcKinds()[0].body)))
+	require.NoError(t, err)
+	for range 2 {
+		resp, body, err := rc.read(t)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	}
+}
