@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -452,6 +453,12 @@ func (t *turn) newCompletionID() []byte {
 // upstreamRequest is the body sent upstream: the client's request with the
 // upstream model, the tier's system prompt, the clamped budget and the
 // gateway's own stream options; gateway-only fields are dropped.
+//
+// Every field encodes as the OpenAI chat completions API types it: a raw
+// JSON value the client sent (content, tool_choice, parameters, schemas)
+// is json.RawMessage and goes out as that JSON, never as a []byte, which
+// would encode as a base64 string. TestUpstreamContract checks each field
+// against the client's request and decodes the body with the OpenAI SDK.
 type upstreamRequest struct {
 	Model           string                `json:"model"`
 	Messages        []codec.Message       `json:"messages"`
@@ -462,7 +469,7 @@ type upstreamRequest struct {
 	MaxTokens       int64                 `json:"max_tokens"`
 	ReasoningEffort string                `json:"reasoning_effort,omitempty"`
 	Tools           []codec.Tool          `json:"tools,omitempty"`
-	ToolChoice      []byte                `json:"tool_choice,omitempty"`
+	ToolChoice      json.RawMessage       `json:"tool_choice,omitempty"`
 	ResponseFormat  *codec.ResponseFormat `json:"response_format,omitempty"`
 }
 
@@ -479,8 +486,11 @@ func (t *turn) buildUpstreamRequest(r *fasthttp.Request) error {
 		Model: up.cfg.Model, Messages: msgs, Stream: t.req.Stream, Temperature: t.req.Temperature, TopP: t.req.TopP,
 		MaxTokens: t.plan.MaxTokens, Tools: t.req.Tools, ResponseFormat: t.req.ResponseFormat,
 	}
-	if len(t.req.ToolChoice) > 0 {
-		ur.ToolChoice = t.req.ToolChoice
+	if tc := trimJSONSpace(t.req.ToolChoice); len(tc) > 0 && !isJSONNull(tc) && len(t.req.Tools) > 0 {
+		// Without tools the only valid choices, none and auto, mean what
+		// no tool_choice means, and OpenAI refuses a tool_choice without
+		// tools; null is no choice.
+		ur.ToolChoice = tc
 	}
 	if t.req.Stream {
 		ur.StreamOptions = includeUsage
