@@ -79,9 +79,10 @@ type ResponseFormat struct {
 
 // JSONSchema is the json_schema response format.
 type JSONSchema struct {
-	Name   string          `json:"name"`
-	Schema json.RawMessage `json:"schema,omitempty"`
-	Strict *bool           `json:"strict,omitempty"`
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Schema      json.RawMessage `json:"schema,omitempty"`
+	Strict      *bool           `json:"strict,omitempty"`
 }
 
 // MemorySwitch is the native memory request field; nil sides take the

@@ -12,12 +12,14 @@ import (
 )
 
 func TestBreakerAllocatesNothing(t *testing.T) {
-	b, clk := newTestBreaker(hotpath.BreakerConfig{Failures: 2, Cooldown: time.Second})
+	b, clk := newTestBreaker(hotpath.BreakerConfig{MinRequests: 2, Cooldown: time.Second})
 	allocs := testing.AllocsPerRun(1000, func() {
 		b.Allow() // closed
 		b.Success()
-		b.Failure()
-		b.Failure() // opens
+		b.FailureOf(7 << 32)
+		b.FailureOf(7 << 32) // a repeat: not counted
+		b.Failure()          // opens: 2 of 3
+		_ = b.RetryAfter()
 		b.Allow()   // open
 		b.Failure() // ignored while cooling
 		_ = b.State()
@@ -32,7 +34,7 @@ func TestBreakerAllocatesNothing(t *testing.T) {
 	require.Zero(t, allocs)
 	require.Equal(t, hotpath.BreakerClosed, b.State())
 
-	d := hotpath.NewBreaker(hotpath.BreakerConfig{Failures: 1}, nil) // time.Now
+	d := hotpath.NewBreaker(hotpath.BreakerConfig{MinRequests: 1}, nil) // time.Now
 	allocs = testing.AllocsPerRun(1000, func() {
 		d.Allow()
 		d.Failure()

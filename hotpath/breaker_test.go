@@ -42,16 +42,101 @@ func TestBreakerTransitions(t *testing.T) {
 		require.False(t, b.Allow())
 	})
 
-	t.Run("SuccessResetsTheCount", func(t *testing.T) {
-		b, _ := newTestBreaker(hotpath.BreakerConfig{Failures: 3})
+	t.Run("OpensOnTheRateOverTheWindow", func(t *testing.T) {
+		b, _ := newTestBreaker(hotpath.BreakerConfig{})
+		for range 10 {
+			b.Success()
+		}
+		for range 9 {
+			b.Failure()
+		}
+		require.Equal(t, hotpath.BreakerClosed, b.State(), "9 failures of 19 requests are under half")
+		b.Failure()
+		require.Equal(t, hotpath.BreakerOpen, b.State(), "10 of 20 are half")
+	})
+
+	t.Run("NeedsTheMinimumVolume", func(t *testing.T) {
+		b, clk := newTestBreaker(hotpath.BreakerConfig{MinRequests: 3})
 		b.Failure()
 		b.Failure()
-		b.Success()
+		clk.Advance(10 * time.Second) // both leave the window
 		b.Failure()
 		b.Failure()
 		require.Equal(t, hotpath.BreakerClosed, b.State())
+		clk.Advance(time.Second)
 		b.Failure()
 		require.Equal(t, hotpath.BreakerOpen, b.State())
+	})
+
+	t.Run("AClientRetryingOneRequestCountsOnce", func(t *testing.T) {
+		b, _ := newTestBreaker(hotpath.BreakerConfig{})
+		for range 3 { // the OpenAI SDKs' default: three attempts
+			b.FailureOf(0xfeedbeef01)
+		}
+		for range 3 {
+			b.FailureOf(0xfeedbeef01)
+			b.FailureOf(0xc0ffee0002)
+			b.FailureOf(0xfeedbeef01)
+		}
+		require.Equal(t, hotpath.BreakerClosed, b.State(), "two distinct requests, retried, are two")
+		b.FailureOf(3)
+		b.FailureOf(4)
+		require.Equal(t, hotpath.BreakerClosed, b.State())
+		b.FailureOf(5)
+		require.Equal(t, hotpath.BreakerOpen, b.State(), "the fifth distinct failing request opens it")
+	})
+
+	t.Run("ARetryAfterTheWindowCountsAgain", func(t *testing.T) {
+		b, clk := newTestBreaker(hotpath.BreakerConfig{MinRequests: 1})
+		b.Success()
+		b.Success()
+		b.FailureOf(77 << 32)
+		require.Equal(t, hotpath.BreakerClosed, b.State())
+		clk.Advance(25 * time.Second) // past the window and the cooldown after it
+		b.Success()
+		b.FailureOf(77 << 32)
+		require.Equal(t, hotpath.BreakerOpen, b.State(), "1 of 2 in the new window")
+	})
+
+	t.Run("RetryAfterIsTheRestOfTheCooldown", func(t *testing.T) {
+		b, clk := newTestBreaker(hotpath.BreakerConfig{})
+		require.Zero(t, b.RetryAfter())
+		open(t, b)
+		require.Equal(t, cooldown, b.RetryAfter())
+		clk.Advance(3 * time.Second)
+		require.Equal(t, cooldown-3*time.Second, b.RetryAfter())
+		clk.Advance(cooldown)
+		require.Zero(t, b.RetryAfter(), "half-open: the next request probes")
+		require.True(t, b.Allow())
+		require.Equal(t, cooldown, b.RetryAfter(), "the probe's time")
+	})
+
+	t.Run("AProbeRepeatingAFailedRequestGivesTheSlotBack", func(t *testing.T) {
+		b, clk := newTestBreaker(hotpath.BreakerConfig{})
+		for i := range 5 {
+			b.FailureOf(uint64(i+1)<<32 | uint64(i+1))
+		}
+		require.Equal(t, hotpath.BreakerOpen, b.State())
+		clk.Advance(cooldown)
+		require.True(t, b.Allow())
+		b.FailureOf(5<<32 | 5)
+		require.Equal(t, hotpath.BreakerHalfOpen, b.State())
+		require.True(t, b.Allow(), "the next request probes")
+		b.FailureOf(6<<32 | 6)
+		require.Equal(t, hotpath.BreakerOpen, b.State())
+	})
+
+	t.Run("ClosingForgetsTheWindow", func(t *testing.T) {
+		b, clk := newTestBreaker(hotpath.BreakerConfig{})
+		open(t, b)
+		clk.Advance(cooldown)
+		require.True(t, b.Allow())
+		b.Success()
+		require.Equal(t, hotpath.BreakerClosed, b.State())
+		for range 4 {
+			b.Failure()
+		}
+		require.Equal(t, hotpath.BreakerClosed, b.State())
 	})
 
 	t.Run("CoolsDownThenLetsOneProbe", func(t *testing.T) {
@@ -68,7 +153,7 @@ func TestBreakerTransitions(t *testing.T) {
 	})
 
 	t.Run("ProbeSuccessCloses", func(t *testing.T) {
-		b, clk := newTestBreaker(hotpath.BreakerConfig{Failures: 2})
+		b, clk := newTestBreaker(hotpath.BreakerConfig{MinRequests: 2})
 		open(t, b)
 		clk.Advance(cooldown)
 		require.True(t, b.Allow())
@@ -159,7 +244,7 @@ func TestBreakerTransitions(t *testing.T) {
 }
 
 func TestBreakerDefaultClock(t *testing.T) {
-	b := hotpath.NewBreaker(hotpath.BreakerConfig{Failures: 1, Cooldown: time.Hour}, nil)
+	b := hotpath.NewBreaker(hotpath.BreakerConfig{MinRequests: 1, Cooldown: time.Hour}, nil)
 	b.Failure()
 	require.Equal(t, hotpath.BreakerOpen, b.State())
 	require.False(t, b.Allow())
@@ -168,13 +253,14 @@ func TestBreakerDefaultClock(t *testing.T) {
 func TestBreakerConfigValidate(t *testing.T) {
 	c := hotpath.BreakerConfig{}
 	require.NoError(t, c.Validate())
-	require.Equal(t, hotpath.BreakerConfig{Failures: 5, Cooldown: 10 * time.Second, ProbeTimeout: 10 * time.Second}, c)
+	require.Equal(t, hotpath.BreakerConfig{Window: 10 * time.Second, MinRequests: 5, FailurePercent: 50,
+		Cooldown: 10 * time.Second, ProbeTimeout: 10 * time.Second}, c)
 
 	c = hotpath.BreakerConfig{Cooldown: time.Second}
 	require.NoError(t, c.Validate())
 	require.Equal(t, time.Second, c.ProbeTimeout)
 
-	for _, bad := range []hotpath.BreakerConfig{{Failures: -1}, {Cooldown: -1}, {ProbeTimeout: -1}} {
+	for _, bad := range []hotpath.BreakerConfig{{MinRequests: -1}, {Window: -1}, {Cooldown: -1}, {ProbeTimeout: -1}, {FailurePercent: 101}} {
 		require.Error(t, bad.Validate())
 	}
 }
@@ -220,7 +306,7 @@ func TestBreakerConcurrentProbe(t *testing.T) {
 // Callers racing on every method while the clock moves leave the breaker in
 // a state it could reach, and a success still closes it.
 func TestBreakerConcurrentUse(t *testing.T) {
-	b, clk := newTestBreaker(hotpath.BreakerConfig{Failures: 3, Cooldown: time.Millisecond})
+	b, clk := newTestBreaker(hotpath.BreakerConfig{MinRequests: 3, Cooldown: time.Millisecond})
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	wg.Go(func() {
@@ -275,7 +361,7 @@ func BenchmarkBreakerAllowClosed(b *testing.B) {
 }
 
 func BenchmarkBreakerAllowOpen(b *testing.B) {
-	br := hotpath.NewBreaker(hotpath.BreakerConfig{Failures: 1, Cooldown: time.Hour}, nil)
+	br := hotpath.NewBreaker(hotpath.BreakerConfig{MinRequests: 1, Cooldown: time.Hour}, nil)
 	br.Failure()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -135,6 +136,9 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 			input:  s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="input"}`, name)),
 			output: s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="output"}`, name)),
 			cost:   s.NewCounter(fmt.Sprintf(`gateway_chat_cost_picousd_total{tier=%q}`, name)),
+			// Upstream 4xx answers that are neither a context overflow
+			// nor moderation: the gateway sent what the upstream refuses.
+			refused: s.NewCounter(fmt.Sprintf(`gateway_chat_upstream_refusals_total{tier=%q}`, name)),
 		}
 	}
 	return ch, nil
@@ -475,13 +479,12 @@ var (
 		"A request with this Idempotency-Key is in progress; retry once it has finished.")
 	errIdempotencyKeyTooLong = codec.NewError(codec.CodeInvalidRequest,
 		"Idempotency-Key: at most 255 bytes.")
-	errModelUnavailable  = codec.NewError(codec.CodeModelUnavailable, "The model is unavailable right now; retry shortly.")
-	errOverloaded        = codec.NewError(codec.CodeUpstreamOverloaded, "The model is overloaded right now; retry shortly.")
 	errContextOverflow   = codec.NewError(codec.CodeContextOverflow, "The input exceeds the tier's context window.")
 	errModerated         = codec.NewError(codec.CodeModerationRejected, "The input was refused by content moderation.")
 	errUpstreamMalformed = codec.NewError(codec.CodeUpstreamError, "The model sent a response the gateway could not read.")
 	errStreamStalled     = codec.NewError(codec.CodeUpstreamTimeout, "The model stopped sending before the reply was complete.")
-	errStreamBroken      = codec.NewError(codec.CodeUpstreamOverloaded, "The model's stream ended before the reply was complete.")
+	errStreamBroken      = &codec.Error{Code: codec.CodeUpstreamOverloaded, Message: "The model's stream ended before the reply was complete.",
+		Detail: codec.Detail{RetryAfter: defaultRetryAfter}}
 )
 
 // maxIdempotencyKey bounds the Idempotency-Key header.
@@ -514,6 +517,12 @@ func (t *turn) newCompletionID() []byte {
 // upstreamRequest is the body sent upstream: the client's request with the
 // upstream model, the tier's system prompt, the clamped budget and the
 // gateway's own stream options; gateway-only fields are dropped.
+//
+// Every field encodes as the OpenAI chat completions API types it: a raw
+// JSON value the client sent (content, tool_choice, parameters, schemas)
+// is json.RawMessage and goes out as that JSON, never as a []byte, which
+// would encode as a base64 string. TestUpstreamContract checks each field
+// against the client's request and decodes the body with the OpenAI SDK.
 type upstreamRequest struct {
 	Model           string                `json:"model"`
 	Messages        []codec.Message       `json:"messages"`
@@ -524,7 +533,7 @@ type upstreamRequest struct {
 	MaxTokens       int64                 `json:"max_tokens"`
 	ReasoningEffort string                `json:"reasoning_effort,omitempty"`
 	Tools           []codec.Tool          `json:"tools,omitempty"`
-	ToolChoice      []byte                `json:"tool_choice,omitempty"`
+	ToolChoice      json.RawMessage       `json:"tool_choice,omitempty"`
 	ResponseFormat  *codec.ResponseFormat `json:"response_format,omitempty"`
 }
 
@@ -541,8 +550,11 @@ func (t *turn) buildUpstreamRequest(r *fasthttp.Request) error {
 		Model: up.cfg.Model, Messages: msgs, Stream: t.req.Stream, Temperature: t.req.Temperature, TopP: t.req.TopP,
 		MaxTokens: t.plan.MaxTokens, Tools: t.req.Tools, ResponseFormat: t.req.ResponseFormat,
 	}
-	if len(t.req.ToolChoice) > 0 {
-		ur.ToolChoice = t.req.ToolChoice
+	if tc := trimJSONSpace(t.req.ToolChoice); len(tc) > 0 && !isJSONNull(tc) && len(t.req.Tools) > 0 {
+		// Without tools the only valid choices, none and auto, mean what
+		// no tool_choice means, and OpenAI refuses a tool_choice without
+		// tools; null is no choice.
+		ur.ToolChoice = tc
 	}
 	if t.req.Stream {
 		ur.StreamOptions = includeUsage
@@ -573,81 +585,130 @@ const (
 	attemptFinal
 )
 
+// verdict is what one upstream attempt says.
+type verdict struct {
+	outcome attempt
+	err     *codec.Error
+	// wait is the upstream's Retry-After; 0 when it sent none.
+	wait time.Duration
+	// failed tells an attempt that failed on the tier's account: it counts
+	// against the tier's breaker.
+	failed bool
+}
+
 // classify decides what an upstream answer means. It consumes and never
 // shows the upstream's error body.
-func (t *turn) classify(resp *fasthttp.Response, err error) (attempt, *codec.Error, time.Duration) {
-	br := t.up.Breaker
+func (t *turn) classify(resp *fasthttp.Response, err error) verdict {
 	if errors.Is(err, fasthttp.ErrNoFreeConns) {
 		// Our own connection cap, not the upstream's health.
-		return attemptRetry, errOverloaded, 0
+		return verdict{outcome: attemptRetry, err: errOverloaded}
 	}
 	if err != nil {
-		br.Failure()
 		if isTimeout(err) {
 			// A deadline passed (or a stream's first byte never came):
 			// answered at once, never retried.
-			return attemptFinal, codec.ErrUpstreamTimeout, 0
+			return verdict{outcome: attemptFinal, err: codec.ErrUpstreamTimeout, failed: true}
 		}
-		return attemptRetry, errModelUnavailable, 0
+		return verdict{outcome: attemptRetry, err: errModelUnavailable, failed: true}
 	}
 	status := resp.StatusCode()
 	switch {
 	case status == fasthttp.StatusOK:
-		br.Success()
-		return attemptOK, nil, 0
+		return verdict{outcome: attemptOK}
 	case status == fasthttp.StatusTooManyRequests:
-		wait := time.Duration(0)
-		if s, err := strconv.Atoi(string(resp.Header.Peek("Retry-After"))); err == nil && s > 0 {
-			wait = time.Duration(s) * time.Second
-		}
-		return attemptRetry, errOverloaded, wait
+		// The upstream is busy, not broken: no breaker failure.
+		return verdict{outcome: attemptRetry, err: errOverloaded, wait: upstreamRetryAfter(resp)}
 	case status >= 500:
-		br.Failure()
-		return attemptRetry, errOverloaded, 0
+		return verdict{outcome: attemptRetry, err: errOverloaded, wait: upstreamRetryAfter(resp), failed: true}
 	case status == fasthttp.StatusBadRequest || status == fasthttp.StatusUnprocessableEntity:
 		b := resp.Body()
 		switch {
 		case bytes.Contains(b, []byte("context_length")):
-			return attemptFinal, errContextOverflow, 0
+			return verdict{outcome: attemptFinal, err: errContextOverflow}
 		case bytes.Contains(b, []byte("content_filter")) || bytes.Contains(b, []byte("content_policy")):
-			return attemptFinal, errModerated, 0
+			return verdict{outcome: attemptFinal, err: errModerated}
 		}
 	}
-	t.ch.cfg.Log.Error("upstream refused the request", "request_id", string(t.requestID), "tier", t.up.Tier.Name, "status", status)
-	return attemptFinal, errModelUnavailable, 0
+	// The upstream refused what the gateway sent: a gateway defect or a
+	// misconfigured binding, not the tier's health and not the client's
+	// input (validation refused that already). Counted, and logged with
+	// the error's code and param, never its message, which may quote
+	// content.
+	t.up.meter.refused.Inc()
+	b := resp.Body()
+	code, _ := sonic.Get(b, "error", "code")
+	param, _ := sonic.Get(b, "error", "param")
+	codeText, _ := code.Raw()
+	paramText, _ := param.Raw()
+	t.ch.cfg.Log.Error("upstream refused the request", "request_id", string(t.requestID), "tier", t.up.Tier.Name,
+		"status", status, "upstream_code", codeText, "upstream_param", paramText)
+	return verdict{outcome: attemptFinal, err: errModelUnavailable}
 }
 
 // call makes the upstream call with bounded retries and backoff, none of
-// them past deadline. It returns with resp holding a 200 response.
+// them past deadline, and reports the request's outcome to the tier's
+// breaker once. It returns with resp holding a 200 response.
 func (t *turn) call(client *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) *codec.Error {
+	return t.exchange(client, req, resp, deadline, true)
+}
+
+// exchange is call; with judge false a 200 is not reported to the breaker,
+// because the caller reads the body before it knows whether the tier
+// served the request.
+//
+// Retries: an attempt that failed before anything reached the client is
+// retried up to the tier's Retries, after an exponential backoff with
+// jitter, or after the upstream's Retry-After when it sent a longer one. A
+// Retry-After longer than MaxRetryWait, or one that would end past the
+// deadline, ends the request at once with it (bounded) as the answer's
+// Retry-After. The gateway's own retries of one request are one request
+// to the breaker; a breaker that is no longer closed (this request is its
+// probe, or another request opened it) ends the retries.
+func (t *turn) exchange(client *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, judge bool) *codec.Error {
 	up := t.up
+	br := up.Breaker
 	backoff := up.cfg.Backoff
 	for i := 0; ; i++ {
-		if i > 0 && !up.Breaker.Allow() {
-			return errModelUnavailable
-		}
 		began := time.Now()
 		err := client.DoDeadline(req, resp, deadline)
 		t.upstream += time.Since(began)
-		outcome, cerr, wait := t.classify(resp, err)
-		switch outcome {
-		case attemptOK:
+		v := t.classify(resp, err)
+		if v.outcome == attemptOK {
+			if judge {
+				br.Success()
+			}
 			return nil
-		case attemptFinal:
-			return cerr
 		}
-		if i >= up.cfg.Retries {
-			return cerr
-		}
-		wait = max(min(wait, up.cfg.MaxRetryWait), backoff+time.Duration(rand.Int64N(int64(backoff)+1)))
+		wait := max(backoff+time.Duration(rand.Int64N(int64(backoff)+1)), v.wait)
 		backoff *= 2
-		if time.Now().Add(wait).After(deadline) {
-			return cerr
+		closed := br.State() == hotpath.BreakerClosed
+		if v.outcome == attemptRetry && i < up.cfg.Retries && v.wait <= up.cfg.MaxRetryWait &&
+			!time.Now().Add(wait).After(deadline) && closed {
+			t.ch.m.retries.Inc()
+			_ = resp.CloseBodyStream()
+			time.Sleep(wait)
+			continue
 		}
-		t.ch.m.retries.Inc()
-		_ = resp.CloseBodyStream()
-		time.Sleep(wait)
+		if v.failed {
+			br.FailureOf(requestKey(req))
+		}
+		if !closed {
+			return unavailableFor(br.RetryAfter())
+		}
+		return t.retryAfter(v.err, v.wait)
 	}
+}
+
+// retryAfter is cerr with the Retry-After a 503 carries: the upstream's
+// own or the breaker's remaining cooldown, whichever is longer.
+func (t *turn) retryAfter(cerr *codec.Error, upstream time.Duration) *codec.Error {
+	switch cerr.Code {
+	case codec.CodeModelUnavailable:
+		return unavailableFor(max(upstream, t.up.Breaker.RetryAfter()))
+	case codec.CodeUpstreamOverloaded:
+		return overloadedFor(max(upstream, t.up.Breaker.RetryAfter()))
+	}
+	return cerr
 }
 
 // complete serves a non-streaming request: one upstream exchange (with
@@ -655,7 +716,7 @@ func (t *turn) call(client *fasthttp.HostClient, req *fasthttp.Request, resp *fa
 func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim hotpath.Claim) error {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	if cerr := t.call(t.up.plain, req, resp, time.Now().Add(t.up.Tier.Deadline)); cerr != nil {
+	if cerr := t.exchange(t.up.plain, req, resp, time.Now().Add(t.up.Tier.Deadline), false); cerr != nil {
 		abandon(ctx, claim)
 		return cerr
 	}
@@ -663,10 +724,11 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	if err := codec.ParseCompletion(resp.Body(), &c); err != nil || c.Error != nil {
 		// An unreadable answer is an upstream failure like a 5xx; nothing
 		// reached the client, so it is answered in the 503 family.
-		t.up.Breaker.Failure()
+		t.up.Breaker.FailureOf(requestKey(req))
 		abandon(ctx, claim)
-		return errOverloaded
+		return t.retryAfter(errOverloaded, 0)
 	}
+	t.up.Breaker.Success()
 	t.answer = codec.Answer{Content: c.Content, ToolCalls: c.ToolCalls, Finish: finishReason(c.FinishReason, c.ToolCalls != nil)}
 	if t.wire == ChatV2 && t.reasons() {
 		t.answer.Reasoning = c.Reasoning

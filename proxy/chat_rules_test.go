@@ -269,18 +269,28 @@ func TestBreakerRefusesExplicitTierAndAutoRoutesAround(t *testing.T) {
 	})
 	f := newChatFixture(t, func(o *fixtureOptions) {
 		o.dial = up.dial
-		o.breaker = hotpath.BreakerConfig{Failures: 3, Cooldown: time.Hour}
+		o.breaker = hotpath.BreakerConfig{MinRequests: 3, Cooldown: time.Hour}
 	})
 	r := f.post(t, "/api/v1/chat", `{"model":"mira","messages":[{"role":"user","content":"x"}]}`)
 	require.Equal(t, 503, r.status)
 	require.Contains(t, string(r.body), "upstream_overloaded")
 	require.NotContains(t, string(r.body), "secret detail", "upstream error bodies never leak")
+	require.EqualValues(t, 3, up.calls.Load(), "one attempt and two retries")
+
+	// The gateway's retries were one request; two more distinct failing
+	// requests make three, all failed: the breaker opens.
+	for _, text := range []string{"y", "z"} {
+		r = f.post(t, "/api/v1/chat", `{"model":"mira","messages":[{"role":"user","content":"`+text+`"}]}`)
+		require.Equal(t, 503, r.status)
+		require.Contains(t, string(r.body), "upstream_overloaded")
+	}
 	calls := up.calls.Load()
-	require.EqualValues(t, 3, calls, "one attempt and two retries")
+	require.EqualValues(t, 9, calls)
 
 	r = f.post(t, "/api/v1/chat", `{"model":"mira","messages":[{"role":"user","content":"x"}]}`)
 	require.Equal(t, 503, r.status)
 	require.Contains(t, string(r.body), "model_unavailable", "an open breaker refuses at once")
+	require.Equal(t, "60", r.header.Get("Retry-After"), "the rest of the hour's cooldown, bounded")
 	require.Equal(t, calls, up.calls.Load(), "without calling the upstream")
 
 	r = f.post(t, "/api/v1/chat", `{"model":"auto","stream":true,"messages":[{"role":"user","content":"x"}]}`)

@@ -60,7 +60,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	t.Helper()
 	// Golden runs drive many faults through one tier; the breaker has its
 	// own tests, so here it opens only when a test asks.
-	o := fixtureOptions{idempotency: hotpath.NewMemoryIdempotency(time.Hour, 0), breaker: hotpath.BreakerConfig{Failures: 1 << 20}}
+	o := fixtureOptions{idempotency: hotpath.NewMemoryIdempotency(time.Hour, 0), breaker: hotpath.BreakerConfig{MinRequests: 1 << 20}}
 	for _, f := range opts {
 		f(&o)
 	}

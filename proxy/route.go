@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"strings"
+	"time"
 
 	"github.com/bytedance/sonic"
 
@@ -27,7 +28,7 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 	if !t.plan.Auto {
 		up := ch.upstreamFor(t.plan.Tier.Name)
 		if !up.Breaker.Allow() {
-			return errModelUnavailable
+			return unavailableFor(up.Breaker.RetryAfter())
 		}
 		t.up = up
 		t.routing.Mode = "explicit"
@@ -58,7 +59,14 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 			}
 		}
 		if t.up == nil {
-			return errModelUnavailable
+			// Retry when the first tier that cools down allows it.
+			wait := time.Duration(0)
+			for _, up := range ch.ups {
+				if d := up.Breaker.RetryAfter(); d > 0 && (wait == 0 || d < wait) {
+					wait = d
+				}
+			}
+			return unavailableFor(wait)
 		}
 		t.routing.Mode = "auto"
 	}

@@ -109,9 +109,11 @@ type Upstream struct {
 	meter   tierMeter // registered by NewChat
 }
 
-// tierMeter counts a tier's tokens and money, registered once.
+// tierMeter counts a tier's tokens and money, and the requests its
+// upstream refused as malformed, registered once.
 type tierMeter struct {
 	input, output, cost *metrics.Counter
+	refused             *metrics.Counter
 }
 
 // NewUpstream returns the binding of tier to cfg.

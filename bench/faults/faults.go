@@ -16,12 +16,14 @@
 // bounds those cases fail, slowly.
 //
 // Several cases make the upstream fail on every attempt, which a tier's
-// circuit breaker counts (five consecutive failures open it for ten
-// seconds by default, after which an explicit tier is refused with 503
-// model_unavailable). So after any answer of 500 or more, Run sends one
-// healthy request to the same tier before the next case, which closes the
-// count again; each case costs at most three failures (one attempt and two
-// retries), fewer than the threshold. A gateway behind a load balancer may
+// circuit breaker counts (by default it opens for ten seconds when, over
+// ten seconds, at least five distinct requests reached the tier and half of
+// them failed; an explicit tier is then refused with 503
+// model_unavailable). So after any answer of 500 or more, Run sends
+// healthy requests to the same tier before the next case until one is
+// served, which dilutes the window's failure rate, or waits out a cooldown
+// the breaker opened and closes it with its probe; a case is one request to
+// the breaker, whatever its retries. A gateway behind a load balancer may
 // route the healthy request to another process; run the scorecard against
 // one process.
 package faults
@@ -302,8 +304,8 @@ func (r *runner) send(c Case, w frameorder.Wire, tier string) answer {
 }
 
 // healTier sends healthy requests to tier until one is served (at most for
-// a breaker's default cooldown and a half), which resets the consecutive
-// failures its breaker counts.
+// a breaker's default cooldown and a half): a success in the breaker's
+// window, or the probe that closes it.
 func (r *runner) healTier(tier string) {
 	body, _ := chatBody(tier, "Scorecard heal ("+r.nonce+") [[sim:tokens=1]]", false, false)
 	deadline := time.Now().Add(15 * time.Second)

@@ -47,7 +47,8 @@ const (
 
 // stack is a gateway in front of the simulator, both on in-memory
 // listeners, the way the proxy package's chat tests build one, with the
-// production breaker (five failures, ten seconds) so that the scorecard's
+// production breaker (half of five or more distinct requests in ten
+// seconds, a ten-second cooldown) so that the scorecard's
 // healing is exercised.
 type stack struct {
 	client *http.Client

@@ -126,6 +126,13 @@ func (r *reply) completion() int { return len(r.chunks) }
 
 func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 	body := append([]byte(nil), ctx.PostBody()...) // outlives the handler in a stream
+	if e := validateChat(body); e != nil {
+		// A refusal says the caller sent what the real APIs refuse: logged
+		// by where and why, never with the request's content.
+		s.log.Warn("simulator refused a malformed chat request", "param", e.param, "code", e.code)
+		writeError(ctx, fasthttp.StatusBadRequest, e.msg, "invalid_request_error", e.param, e.code)
+		return
+	}
 	var req chatRequest
 	if err := sonic.Unmarshal(body, &req); err != nil {
 		badRequest(ctx, "", "cannot decode request body: "+err.Error())

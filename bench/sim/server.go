@@ -184,8 +184,8 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 	ctx.SetBody(body)
 }
 
-// appendError appends an OpenAI error body. An empty param is written as
-// null.
+// appendError appends an OpenAI error body. An empty param or code is
+// written as null.
 func appendError(dst []byte, msg, typ, param, code string) []byte {
 	dst = append(dst, `{"error":{"message":`...)
 	dst = codec.AppendJSONString(dst, msg)
@@ -198,7 +198,11 @@ func appendError(dst []byte, msg, typ, param, code string) []byte {
 		dst = codec.AppendJSONString(dst, param)
 	}
 	dst = append(dst, `,"code":`...)
-	dst = codec.AppendJSONString(dst, code)
+	if code == "" {
+		dst = append(dst, "null"...)
+	} else {
+		dst = codec.AppendJSONString(dst, code)
+	}
 	return append(dst, "}}"...)
 }
 

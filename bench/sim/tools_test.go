@@ -225,7 +225,8 @@ func TestToolCallEdges(t *testing.T) {
 	})
 	t.Run("bad parameters", func(t *testing.T) {
 		bad := map[string]any{"type": "function", "function": map[string]any{"name": "x", "parameters": "not a schema"}}
-		h.postJSON("/v1/chat/completions", chat("[[sim:tool=x]]", "tools", []any{bad}), http.StatusOK)
+		v, _ := h.postJSON("/v1/chat/completions", chat("[[sim:tool=x]]", "tools", []any{bad}), http.StatusBadRequest)
+		require.Equal(t, "tools[0].function.parameters", dig(t, v, "error.param"))
 	})
 }
 
