@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -38,5 +39,17 @@ func TestStreamAllocatesNothingPerFrame(t *testing.T) {
 	a := testing.AllocsPerRun(50, func() { short.stream(t) })
 	b := testing.AllocsPerRun(50, func() { long.stream(t) })
 	t.Logf("allocations per streaming request: %.0f with 10 frames, %.0f with 500", a, b)
+	require.LessOrEqual(t, b-a, 1.0, "allocations per frame")
+}
+
+// A reply of 190 KiB of text — far past what used to be counted between two
+// frames — allocates what a short one does: nothing is counted while it
+// streams when the upstream sends its usage.
+func TestLongStreamAllocatesNothingPerFrame(t *testing.T) {
+	word := strings.Repeat("x", 47)
+	short, long := newWordStreamHarness(t, 10, word), newWordStreamHarness(t, 4000, word)
+	a := testing.AllocsPerRun(20, func() { short.stream(t) })
+	b := testing.AllocsPerRun(20, func() { long.stream(t) })
+	t.Logf("allocations per streaming request: %.0f with 10 frames, %.0f with 4000 (190 KiB)", a, b)
 	require.LessOrEqual(t, b-a, 1.0, "allocations per frame")
 }

@@ -205,9 +205,10 @@ type turn struct {
 	// request, pipelined), given back with the connection.
 	ahead     []byte
 	delivered []byte // raw content delivered and not yet counted
-	// deliveredTokens counts the delivered text already folded out of
-	// delivered (see deliver).
-	deliveredTokens int64
+	// folded counts the delivered text handed to the background counter
+	// (see deliver); folds are its counts still under way.
+	folded atomic.Int64
+	folds  sync.WaitGroup
 
 	// The request's shape, worked out once: an upper bound on its prompt
 	// tokens, whether it carries images, and the last exact count with the
@@ -248,6 +249,10 @@ type turn struct {
 	// it went out.
 	chunked, lastConn, last, lastSent bool
 	mark                              int
+	// batch says t.out holds frames not yet written (after beginFrame);
+	// firstPending says they include the first after the primer, whose
+	// write is the time to first token.
+	batch, firstPending bool
 }
 
 var turnPool = sync.Pool{New: func() any { return new(turn) }}
@@ -255,6 +260,7 @@ var turnPool = sync.Pool{New: func() any { return new(turn) }}
 func acquireTurn() *turn { return turnPool.Get().(*turn) }
 
 func releaseTurn(t *turn) {
+	t.folds.Wait() // a background count still holds t
 	out, delivered, gw, rid, ahead := t.out[:0], t.delivered[:0], t.gw[:0], t.requestID[:0], t.ahead[:0]
 	if cap(out) > 256<<10 {
 		out = nil

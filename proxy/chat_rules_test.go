@@ -298,8 +298,18 @@ func TestBreakerRefusesExplicitTierAndAutoRoutesAround(t *testing.T) {
 	require.Contains(t, string(r.body), `"routed_tier":"vaani"`, "auto routes around the cooling tier")
 }
 
+// longDeadlines gives every tier room for a prompt that takes a while to
+// count, as one of 350 KB does under the race detector on a busy machine.
+func longDeadlines(o *fixtureOptions) {
+	o.tiers = func(ts []hotpath.Tier) {
+		for i := range ts {
+			ts[i].Deadline = 30 * time.Second
+		}
+	}
+}
+
 func TestAutoRouting(t *testing.T) {
-	f := newChatFixture(t)
+	f := newChatFixture(t, longDeadlines)
 	cases := []struct{ body, tier string }{
 		{`{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, "mira"},
 		{`{"model":"auto","reasoning_effort":"high","messages":[{"role":"user","content":"hi"}]}`, "kavi"},

@@ -54,6 +54,21 @@ type fixtureOptions struct {
 	server      ServerConfig
 	tcp         bool // serve on a loopback TCP listener, not in memory
 	keepAlive   time.Duration
+	clientConn  func(net.Conn) net.Conn // wraps each accepted client connection
+}
+
+// wrapListener wraps each connection it accepts.
+type wrapListener struct {
+	net.Listener
+	wrap func(net.Conn) net.Conn
+}
+
+func (l wrapListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return l.wrap(c), nil
 }
 
 func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
@@ -126,6 +141,9 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	} else {
 		ml := fasthttputil.NewInmemoryListener()
 		ln, f.rawDial = ml, ml.Dial
+	}
+	if o.clientConn != nil {
+		ln = wrapListener{ln, o.clientConn}
 	}
 	srv := NewServer(o.server, rt, f.chat)
 	go func() { _ = srv.Serve(KeepAccepting(ln, log)) }()

@@ -9,7 +9,7 @@ import (
 
 // departureEvery is how often the watcher looks at every open stream's
 // client: a client that left is noticed within about this long.
-const departureEvery = 250 * time.Millisecond
+const departureEvery = 400 * time.Millisecond
 
 // departures notices streaming clients that left — closed or reset their
 // connection — while their stream has nothing to write to them: an upstream

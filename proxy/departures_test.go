@@ -115,3 +115,48 @@ func TestDeparturesReachTheUpstreamAtOnce(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	}
 }
+
+// A client's departure is counted as what it is: one that leaves
+// mid-stream or mid-request is client_closed_request (499), one that
+// closes its kept connection between requests is no error at all, and
+// nothing is ever counted invalid_request for it.
+func TestDeparturesAreNotInvalidRequests(t *testing.T) {
+	f := newLifecycleFixture(t)
+	invalid := `gateway_errors_total{code="invalid_request"}`
+	closed := `gateway_errors_total{code="client_closed_request"}`
+	// Requests answered, then connections closed between requests, idle
+	// or not.
+	for _, path := range lcPaths {
+		rc := f.dialRaw(t)
+		rc.send(t, f, "HTTP/1.1", "POST", path, streamBody("hi [[sim:tokens=3]]"))
+		_, _, err := rc.read(t)
+		require.NoError(t, err)
+		require.NoError(t, rc.c.Close())
+	}
+	rc := f.dialRaw(t)
+	require.NoError(t, rc.c.Close()) // connected, never sent a byte
+	// Mid-request: half a head, then gone.
+	rc = f.dialRaw(t)
+	_, err := rc.c.Write([]byte("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Le"))
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, rc.c.Close())
+	// Mid-body.
+	rc = f.dialRaw(t)
+	_, err = rc.c.Write([]byte("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\n{\"mo"))
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, rc.c.Close())
+	// Mid-stream.
+	rc = f.dialRaw(t)
+	rc.send(t, f, "HTTP/1.1", "POST", "/api/v1/chat", streamBody("hi [[sim:tokens=400]] [[sim:itl_ms=10]]"))
+	for range 10 {
+		_, err := rc.br.ReadString('\n')
+		require.NoError(t, err)
+	}
+	require.NoError(t, rc.c.Close())
+	require.Eventually(t, func() bool { return metricValue(t, f, closed) == 3 }, 3*time.Second, 10*time.Millisecond,
+		"client_closed_request: %v", metricValue(t, f, closed))
+	require.Zero(t, metricValue(t, f, invalid))
+	require.Equal(t, 1.0, metricValue(t, f, `gateway_requests_total{route="chat_v1",status="4xx"}`), "the stream is logged 499")
+}

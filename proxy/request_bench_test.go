@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
@@ -104,11 +106,14 @@ func BenchmarkNonStreamRequest(b *testing.B) {
 // n content frames, read from memory.
 type streamTransport struct{ body []byte }
 
-func newStreamTransport(n int) streamTransport {
+func newStreamTransport(n int) streamTransport { return newWordStreamTransport(n, "word") }
+
+// newWordStreamTransport answers n content frames of one word each.
+func newWordStreamTransport(n int, word string) streamTransport {
 	var b []byte
 	b = append(b, "data: {\"id\":\"u\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n"...)
 	for range n {
-		b = append(b, "data: {\"id\":\"u\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" word\"},\"finish_reason\":null}]}\n\n"...)
+		b = append(b, "data: {\"id\":\"u\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" "+word+"\"},\"finish_reason\":null}]}\n\n"...)
 	}
 	b = append(b, "data: {\"id\":\"u\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"...)
 	b = append(b, "data: {\"id\":\"u\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":5,\"total_tokens\":25}}\n\ndata: [DONE]\n\n"...)
@@ -134,10 +139,15 @@ type streamHarness struct {
 }
 
 func newStreamHarness(t testing.TB, frames int) *streamHarness {
+	return newWordStreamHarness(t, frames, "word")
+}
+
+// newWordStreamHarness streams n frames of one word each.
+func newWordStreamHarness(t testing.TB, frames int, word string) *streamHarness {
 	fx := newChatFixture(t, func(o *fixtureOptions) {
-		o.upstream = func(c *UpstreamConfig) { c.Transport = newStreamTransport(frames) }
+		o.upstream = func(c *UpstreamConfig) { c.Transport = newWordStreamTransport(frames, word) }
 	})
-	f := &streamHarness{ln: fasthttputil.NewInmemoryListener(), buf: make([]byte, 256<<10)}
+	f := &streamHarness{ln: fasthttputil.NewInmemoryListener(), buf: make([]byte, 256<<10+frames*(256+len(word)))}
 	// As the gateway's server: streams own their connections.
 	srv := &fasthttp.Server{Handler: fx.handler, KeepHijackedConns: true}
 	go func() { _ = srv.Serve(f.ln) }()
@@ -155,7 +165,11 @@ func newStreamHarness(t testing.TB, frames int) *streamHarness {
 	return f
 }
 
-func (f *streamHarness) stream(t testing.TB) {
+func (f *streamHarness) stream(t testing.TB) { f.streamTimed(t, nil) }
+
+// streamTimed streams once; gaps, when not nil, receives the time between
+// every two reads that brought bytes.
+func (f *streamHarness) streamTimed(t testing.TB, gaps *[]time.Duration) {
 	c, err := f.ln.Dial()
 	if err != nil {
 		t.Fatal(err)
@@ -165,9 +179,15 @@ func (f *streamHarness) stream(t testing.TB) {
 		t.Fatal(err)
 	}
 	n := 0
+	last := time.Now()
 	for {
 		m, err := c.Read(f.buf[n:])
 		n += m
+		if gaps != nil && m > 0 {
+			now := time.Now()
+			*gaps = append(*gaps, now.Sub(last))
+			last = now
+		}
 		if err != nil {
 			break
 		}
@@ -186,4 +206,20 @@ func BenchmarkStreamRequest256(b *testing.B) {
 	for b.Loop() {
 		f.stream(b)
 	}
+}
+
+// BenchmarkLongStreamGaps streams 4,000 tokens of 48 bytes (190 KiB of
+// text) through the real stream path and reports the p99 and the longest
+// gap between two reads of the client: a stream that stops to count its
+// text shows here.
+func BenchmarkLongStreamGaps(b *testing.B) {
+	f := newWordStreamHarness(b, 4000, strings.Repeat("x", 47))
+	var gaps []time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		f.streamTimed(b, &gaps)
+	}
+	slices.Sort(gaps)
+	b.ReportMetric(float64(gaps[len(gaps)*99/100].Microseconds()), "gap-p99-µs")
+	b.ReportMetric(float64(gaps[len(gaps)-1].Microseconds()), "gap-max-µs")
 }

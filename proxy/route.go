@@ -240,7 +240,7 @@ func (t *turn) settleBill(u *codec.Usage, has bool, delivered ...[]byte) {
 		t.estimated = true
 		t.ch.m.estimated.Inc()
 		b.InputTokens = int64(t.promptTokens(t.up))
-		b.OutputTokens = t.deliveredTokens
+		b.OutputTokens = t.foldedTokens()
 		for _, d := range delivered {
 			b.OutputTokens += int64(countLiterals(d))
 		}

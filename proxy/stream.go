@@ -170,7 +170,14 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 			t.ch.cfg.Log.Error("stream writer panicked", "request_id", string(t.requestID), "panic", fmt.Sprint(r),
 				"stack", string(debug.Stack()))
 		}
-		t.end(c, resp, fasthttp.StatusOK, nil, owned, keep, complete)
+		status, cerr := fasthttp.StatusOK, (*codec.Error)(nil)
+		if t.gone {
+			// The client left: its request is logged and counted as
+			// such (499, as proxies log it), whatever went out before.
+			status, cerr = codec.CodeClientClosedRequest.Status(), codec.ErrClientClosedRequest
+			t.ch.m.clientGone.Inc()
+		}
+		t.end(c, resp, status, cerr, owned, keep, complete)
 	}()
 	w := clientWriter{Conn: c, bound: t.up.cfg.StreamIdle}
 	complete = t.pump(&w, resp)
@@ -342,12 +349,11 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 		if t.departed.Load() {
 			t.gone = true
 		}
-		if t.ch.quietEvery > 0 {
-			// While the upstream is silent the read wakes to keep the
-			// client's connection from going quiet (see keepQuiet).
-			t.cw, ic.hook = w, t
-			defer func() { ic.hook, t.cw = nil, nil }()
-		}
+		// Frames go out when the upstream has nothing more for the
+		// moment (beforeRead), and while it is silent the read wakes to
+		// keep the client's connection from going quiet (keepQuiet).
+		t.cw, ic.hook = w, t
+		defer func() { ic.hook, t.cw = nil, nil }()
 	}
 	body := resp.BodyStream()
 	var st streamState
@@ -361,6 +367,9 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 			sc.Commit(n)
 			if !t.drain(w, sc, &chunk, &st) || !t.keepQuiet(w, time.Now()) {
 				t.gone = true
+			}
+			if t.cw == nil && !t.flushPending(w) {
+				t.gone = true // no hook to flush before the next read
 			}
 		}
 		if t.gone {
@@ -381,8 +390,6 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	if t.gone {
 		// The client left: stop reading; closing the body cancels the
 		// upstream. Bill what was delivered.
-		t.ch.m.clientGone.Inc()
-		t.hcall.Usage.ErrorCode = codec.CodeClientClosedRequest.String()
 		t.settleBill(nil, false, t.delivered)
 		return false
 	}
@@ -393,33 +400,53 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	if st.finish == "" {
 		st.finish = finishReason(nil, st.sawTools)
 	}
-	t.settleBill(&st.usage, st.hasUsage, t.delivered)
 	t.beginFrame()
-	switch t.wire {
-	case ChatV2:
+	if t.wire == ChatV2 {
+		// The finish event carries the usage.
+		t.settleBill(&st.usage, st.hasUsage, t.delivered)
 		if st.deltas == 0 {
 			// The grammar has one or more delta events: a reply with no
 			// text (all budget spent thinking) says so with an empty one.
 			t.out = codec.AppendV2Content(t.out, emptyContent)
 		}
 		t.out = codec.AppendV2Finish(t.out, st.finish, &t.bill)
-	case ChatV1:
-		t.out = codec.AppendChunkFinish(t.out, &t.head, st.finish)
-		t.out = codec.AppendChunkUsage(t.out, &t.head, &t.bill, nil)
-		t.out = codec.AppendDone(t.out)
-	default:
-		t.out = codec.AppendChunkFinish(t.out, &t.head, st.finish)
-		if t.req.StreamOptions != nil && t.req.StreamOptions.IncludeUsage {
-			t.out = codec.AppendChunkUsage(t.out, &t.head, &t.bill, nil)
-		}
-		t.out = codec.AppendDone(t.out)
+		t.last = true
+		return t.flush(w)
 	}
+	t.out = codec.AppendChunkFinish(t.out, &t.head, st.finish)
+	usageFrame := t.wire == ChatV1 || t.req.StreamOptions != nil && t.req.StreamOptions.IncludeUsage
+	if !st.hasUsage {
+		// The usage must be counted: the finish frame (and, without a
+		// usage frame, the whole ending) goes out first, so the client
+		// waits for no count it does not read.
+		if !usageFrame {
+			t.out = codec.AppendDone(t.out)
+			t.last = true
+		}
+		if !t.flush(w) {
+			t.settleBill(nil, false, t.delivered)
+			return false
+		}
+		t.settleBill(nil, false, t.delivered)
+		if !usageFrame {
+			return true
+		}
+		t.beginFrame()
+	} else {
+		t.settleBill(&st.usage, true)
+	}
+	if usageFrame {
+		t.out = codec.AppendChunkUsage(t.out, &t.head, &t.bill, nil)
+	}
+	t.out = codec.AppendDone(t.out)
 	t.last = true
 	return t.flush(w)
 }
 
-// drain turns every complete upstream event into client frames. It returns
-// false when the client is gone.
+// drain turns every complete upstream event of one read into client frames,
+// which wait in t.out: they go out together, as one write, when the
+// upstream has nothing more for the moment (flushPending, called before the
+// next upstream read would wait). It returns false when the client is gone.
 func (t *turn) drain(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chunk, st *streamState) bool {
 	for {
 		ev, ok, err := sc.Next()
@@ -475,36 +502,29 @@ func (t *turn) drain(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chunk, 
 		if chunk.HasUsage {
 			st.usage, st.hasUsage = chunk.Usage, true
 		}
-		if t.framed() > 0 {
-			if !st.firstSent {
-				st.firstSent = true
-				t.ttft = time.Since(t.start)
-				t.ch.m.ttft.Update(t.ttft.Seconds())
-			}
-			if !t.flush(w) {
-				return false
-			}
+		if !st.firstSent && t.framed() > 0 {
+			st.firstSent, t.firstPending = true, true
 		}
 	}
 }
 
-// deliveredFold is how much delivered text a stream keeps uncounted: a long
-// reply costs a bounded buffer rather than its whole text. Counting is slow
-// (≈ 1 µs a token), and the count is needed only when the upstream's usage
-// never arrives, so replies shorter than this are never counted unless
-// then.
-const deliveredFold = 16 << 10
+// deliveredKeep bounds the delivered text a stream keeps uncounted. A reply
+// within its max_tokens fits (8192 tokens at 32 bytes a token), so it is
+// counted at most once — at the end, and only when the upstream's usage
+// never came — and never between two frames. Text past the bound (an
+// upstream that sends more than it was asked for) is counted by a
+// background counter, off the stream's goroutine.
+const deliveredKeep = 256 << 10
 
 // deliver keeps a delivered fragment (a JSON string literal) for counting,
 // should the upstream's usage never arrive. Once the kept text passes
-// deliveredFold, a fragment that begins with a space starts a new word,
+// deliveredKeep, a fragment that begins with a space starts a new word,
 // which every tokenizer the gateway counts with treats as a token boundary:
-// the text before it is counted and dropped, and the sum of the counts is
-// the count of the whole text.
+// the text before it goes to the background counter, and the sum of the
+// counts is the count of the whole text.
 func (t *turn) deliver(frag []byte) {
-	if len(t.delivered) >= deliveredFold && len(frag) > 2 && frag[1] == ' ' {
-		t.deliveredTokens += int64(countLiterals(t.delivered))
-		t.delivered = t.delivered[:0]
+	if len(t.delivered) >= deliveredKeep && len(frag) > 2 && frag[1] == ' ' {
+		t.foldInBackground()
 	}
 	t.delivered = append(t.delivered, frag...)
 }
@@ -533,7 +553,15 @@ func (t *turn) keepQuiet(w *clientWriter, now time.Time) bool {
 }
 
 // quietDue and quiet serve idleConn while this stream reads from it.
-func (t *turn) quietDue() time.Time { return t.cw.last.Add(t.ch.quietEvery) }
+func (t *turn) quietDue() time.Time {
+	if t.ch.quietEvery <= 0 {
+		return farFuture
+	}
+	return t.cw.last.Add(t.ch.quietEvery)
+}
+
+// farFuture is a time no bound reaches.
+var farFuture = time.Unix(1<<62, 0)
 
 func (t *turn) quiet() bool { return t.keepQuiet(t.cw, time.Now()) }
 
@@ -572,14 +600,21 @@ var lastChunk = []byte("0\r\n\r\n")
 // the chunk-size line. The response head, when it is still in t.out (before
 // the first flush), stays.
 func (t *turn) beginFrame() {
+	if t.batch {
+		return // frames not yet written: the next ones join them
+	}
 	t.out = t.out[:t.mark]
 	if t.chunked {
 		t.out = append(t.out, make([]byte, chunkRoom)...)
 	}
+	t.batch = true
 }
 
 // framed is how many frame bytes t.out holds.
 func (t *turn) framed() int {
+	if !t.batch {
+		return 0
+	}
 	n := len(t.out) - t.mark
 	if t.chunked {
 		n -= chunkRoom
@@ -587,9 +622,29 @@ func (t *turn) framed() int {
 	return n
 }
 
+// flushPending writes the frames waiting in t.out, if any; false means the
+// client is gone.
+func (t *turn) flushPending(w *clientWriter) bool {
+	if t.framed() == 0 {
+		return true
+	}
+	return t.flush(w)
+}
+
+// beforeRead serves idleConn: the stream's upstream is about to be read
+// with nothing buffered, so the frames of what it sent so far go out now.
+func (t *turn) beforeRead() bool {
+	if !t.flushPending(t.cw) {
+		t.gone = true
+	}
+	return !t.gone
+}
+
 // flush writes what t.out holds to the client in one write — the response
-// head first, on the first flush — framed as one chunk, followed by the
-// last chunk when the stream is done; false means the client is gone.
+// head first, on the first flush — framed as one chunk (SSE framing does
+// not depend on chunk boundaries, so one chunk may carry many events),
+// followed by the last chunk when the stream is done; false means the
+// client is gone.
 func (t *turn) flush(w *clientWriter) bool {
 	from := 0
 	if t.chunked {
@@ -611,11 +666,17 @@ func (t *turn) flush(w *clientWriter) bool {
 			t.out = append(t.out, lastChunk...)
 		}
 	}
-	t.mark = 0
+	t.mark, t.batch = 0, false
 	if from < len(t.out) {
 		if _, err := w.Write(t.out[from:]); err != nil {
+			t.gone = true
 			return false
 		}
+	}
+	if t.firstPending {
+		t.firstPending = false
+		t.ttft = time.Since(t.start)
+		t.ch.m.ttft.Update(t.ttft.Seconds())
 	}
 	t.lastSent = t.last
 	return true

@@ -198,9 +198,12 @@ type idleConn struct {
 	hook quietHook
 }
 
-// quietHook is a stream reading an idleConn: quietDue is when it must next
-// write to its client; quiet writes, and false means the client is gone.
+// quietHook is a stream reading an idleConn: beforeRead is told before the
+// connection is read (what the stream holds for its client goes out then);
+// quietDue is when it must next write to its client; quiet writes. False
+// means the client is gone.
 type quietHook interface {
+	beforeRead() bool
 	quietDue() time.Time
 	quiet() bool
 }
@@ -225,6 +228,9 @@ func (c *idleConn) Network() string { return c.Conn.LocalAddr().Network() }
 func (c *idleConn) String() string { return c.Conn.LocalAddr().String() }
 
 func (c *idleConn) Read(p []byte) (int, error) {
+	if c.hook != nil && !c.hook.beforeRead() {
+		return 0, errClientGone
+	}
 	var want time.Time // the stall bound: an idle bound from the read's start
 	for {
 		now := time.Now()
