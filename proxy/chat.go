@@ -196,7 +196,10 @@ type turn struct {
 	counted  bool
 	countSys string
 	count    int
-	keyID    string
+	// countLimit is the limit count was made under: a count above it
+	// stopped early and is only a lower bound.
+	countLimit int
+	keyID      string
 
 	// Admission: the key's concurrency slot and the budgets reserved.
 	principal *hotpath.Principal
