@@ -138,7 +138,9 @@ func cutAt(text string) int {
 	return len(text)
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v' }
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v'
+}
 
 // countText adds the tokens of text to n, segment by segment, and stops as
 // soon as the sum passes limit.
