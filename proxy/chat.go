@@ -346,8 +346,8 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if len(body) == 0 {
 		return false, errEmptyBody
 	}
-	if err := sonic.Unmarshal(body, &t.req); err != nil {
-		return false, codec.ErrMalformedJSON
+	if cerr := codec.DecodeRequest(body, &t.req); cerr != nil {
+		return false, cerr
 	}
 	plan, cerr := ValidateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
 	if cerr != nil {
