@@ -46,7 +46,7 @@ func wantOpenAIType(status int) string {
 		return "rate_limit_error"
 	case status >= 500:
 		return "server_error"
-	case status == 400, status == 405, status == 409, status == 413, status == 422, status == 499:
+	case status == 400, status == 405, status == 409, status == 413, status == 415, status == 422, status == 499:
 		return "invalid_request_error"
 	}
 	return fmt.Sprintf("unexpected status %d", status)
@@ -92,6 +92,7 @@ func TestCodes(t *testing.T) {
 		{CodeEvalSuiteSlugExists, "eval_suite_slug_exists", 409, "invalid_request_error"},
 		{CodeOrgSelectionRequired, "org_selection_required", 409, "invalid_request_error"},
 		{CodePayloadTooLarge, "payload_too_large", 413, "invalid_request_error"},
+		{CodeUnsupportedMediaType, "unsupported_media_type", 415, "invalid_request_error"},
 		{CodeStructuredOutputUnsupported, "structured_output_unsupported", 422, "invalid_request_error"},
 		{CodeStructuredOutputUnsatisfied, "structured_output_unsatisfied", 422, "invalid_request_error"},
 		{CodeRateLimited, "rate_limited", 429, "rate_limit_error"},

@@ -79,6 +79,7 @@ type chatMetrics struct {
 	estimated                      *metrics.Counter
 	streamsBroken, clientGone      *metrics.Counter
 	retries                        *metrics.Counter
+	oversize                       *metrics.Counter
 }
 
 // NewChat checks that every tier has an upstream and registers metrics.
@@ -112,6 +113,7 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		streamsBroken:  s.NewCounter(`gateway_chat_streams_broken_total`),
 		clientGone:     s.NewCounter(`gateway_chat_client_disconnects_total`),
 		retries:        s.NewCounter(`gateway_chat_upstream_retries_total`),
+		oversize:       s.NewCounter(`gateway_chat_upstream_oversize_total`),
 	}
 	s.NewGauge(`gateway_chat_in_flight`, func() float64 { return float64(ch.gate.InFlight()) })
 	s.NewGauge(`gateway_chat_open_streams`, func() float64 { return float64(ch.open.Load()) })
@@ -518,6 +520,9 @@ const (
 // shows the upstream's error body.
 func (t *turn) classify(resp *fasthttp.Response, err error) (attempt, *codec.Error, time.Duration) {
 	br := t.up.Breaker
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		return attemptFinal, t.upstreamOversize("body", t.up.cfg.MaxResponseBytes), 0
+	}
 	if errors.Is(err, fasthttp.ErrNoFreeConns) {
 		// Our own connection cap, not the upstream's health.
 		return attemptRetry, errOverloaded, 0

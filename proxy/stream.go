@@ -304,6 +304,7 @@ func (t *turn) pump(w io.Writer, resp *fasthttp.Response) (complete bool) {
 
 	sc := scannerPool.Get().(*codec.SSEScanner)
 	sc.Reset()
+	sc.SetMaxEvent(t.up.cfg.MaxEventBytes)
 	defer scannerPool.Put(sc)
 	body := resp.BodyStream()
 	var st streamState
@@ -371,7 +372,7 @@ func (t *turn) drain(w io.Writer, sc *codec.SSEScanner, chunk *codec.Chunk, st *
 	for {
 		ev, ok, err := sc.Next()
 		if err != nil {
-			st.failure = errUpstreamMalformed
+			st.failure = t.upstreamUnreadable(err)
 			return true
 		}
 		if !ok {

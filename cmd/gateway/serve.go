@@ -42,6 +42,10 @@ type serveConfig struct {
 	AccessLog       bool
 	Keys            hotpath.VerifierConfig
 	MaxBodySize     int
+	// UpstreamMaxResponse and UpstreamMaxEvent cap what an upstream sends
+	// back: a non-streaming body and one SSE event, bytes.
+	UpstreamMaxResponse int
+	UpstreamMaxEvent    int
 	ReadTimeout     time.Duration
 	IdleTimeout     time.Duration
 	DrainDelay      time.Duration
@@ -76,6 +80,10 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.Keys.MaxKeys, "key-cache-size", 100_000, "key records held in the cache")
 	fs.DurationVar(&c.Keys.TTL, "key-cache-ttl", 5*time.Minute, "longest a cached key record is trusted without a refetch")
 	fs.IntVar(&c.MaxBodySize, "max-body-size", 8<<20, "largest request body accepted, bytes")
+	fs.IntVar(&c.UpstreamMaxResponse, "upstream-max-response-bytes", proxy.DefaultMaxResponseBytes, "largest non-streaming upstream response body accepted, bytes")
+	fs.IntVar(&c.UpstreamMaxEvent, "upstream-max-event-bytes", proxy.DefaultMaxEventBytes, "largest single upstream SSE event accepted, bytes")
+	fs.Int64Var(&c.Keys.NegativeKeys, "key-negative-cache-size", 10_000, "unknown key hashes remembered, so a repeated forged key costs no database lookup")
+	fs.DurationVar(&c.Keys.NegativeTTL, "key-negative-cache-ttl", 30*time.Second, "how long an unknown key hash is remembered")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", 30*time.Second, "time allowed to read a request")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown, how long /api/ready answers 503 before the listener closes")
@@ -126,6 +134,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.MaxBodySize < 1024 {
 		return errors.New("max-body-size: must be at least 1024")
+	}
+	if c.UpstreamMaxResponse < 4096 || c.UpstreamMaxEvent < 4096 {
+		return errors.New("upstream-max-response-bytes and upstream-max-event-bytes: must be at least 4096")
 	}
 	for name, d := range map[string]time.Duration{"read-timeout": c.ReadTimeout, "idle-timeout": c.IdleTimeout,
 		"shutdown-timeout": c.ShutdownTimeout} {
