@@ -30,29 +30,25 @@ import (
 
 // serveConfig is every setting of `gateway serve`.
 type serveConfig struct {
-	Addr        string
-	AdminAddr   string
-	ConfigPath  string
-	DB          storage.Config
-	RedisURL    string
-	Migrate     bool
-	Demo        bool
-	LogLevel    string
-	LogFormat   string
-	AccessLog   bool
-	Keys        hotpath.VerifierConfig
-	MaxBodySize int
-	// UpstreamMaxResponse and UpstreamMaxEvent cap what an upstream sends
-	// back: a non-streaming body and one SSE event, bytes.
-	UpstreamMaxResponse int
-	UpstreamMaxEvent    int
-	ReadTimeout         time.Duration
-	IdleTimeout         time.Duration
-	DrainDelay          time.Duration
-	ShutdownTimeout     time.Duration
-	SimTTFT             time.Duration
-	SimITL              time.Duration
-	IdempotencyTTL      time.Duration
+	Addr            string
+	AdminAddr       string
+	ConfigPath      string
+	DB              storage.Config
+	RedisURL        string
+	Migrate         bool
+	Demo            bool
+	LogLevel        string
+	LogFormat       string
+	AccessLog       bool
+	Keys            hotpath.VerifierConfig
+	MaxBodySize     int
+	ReadTimeout     time.Duration
+	IdleTimeout     time.Duration
+	DrainDelay      time.Duration
+	ShutdownTimeout time.Duration
+	SimTTFT         time.Duration
+	SimITL          time.Duration
+	IdempotencyTTL  time.Duration
 	// RetentionInterval is how often this process runs the conversation
 	// retention job; zero disables it here.
 	RetentionInterval time.Duration
@@ -61,6 +57,10 @@ type serveConfig struct {
 	MemoryReturn time.Duration
 	// Ledger configures the request log's writer and spool.
 	Ledger storage.LedgerConfig
+
+	// UpstreamMaxResponse and UpstreamMaxEvent cap what an upstream sends
+	// back: a non-streaming body and one SSE event, bytes.
+	UpstreamMaxResponse, UpstreamMaxEvent int
 
 	dbConns *int
 }
