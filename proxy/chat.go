@@ -72,6 +72,7 @@ type Chat struct {
 	closing   atomic.Bool
 
 	errImages *codec.Error // image_not_supported naming the tiers that read images
+	maxWindow int          // the largest context window of any tier
 }
 
 type chatMetrics struct {
@@ -95,6 +96,9 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		}
 		up.Tier = &ch.tiers[i]
 		ch.ups = append(ch.ups, up)
+	}
+	for i := range ch.tiers {
+		ch.maxWindow = max(ch.maxWindow, ch.tiers[i].ContextWindow)
 	}
 	ch.errImages = &codec.Error{Code: codec.CodeImageNotSupported}
 	for _, t := range ch.tiers {

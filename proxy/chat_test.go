@@ -113,7 +113,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	f.handler, f.verify = rt.Handler(), v
 
 	ln := fasthttputil.NewInmemoryListener()
-	srv := &fasthttp.Server{Handler: rt.Handler(), KeepHijackedConns: true}
+	srv := &fasthttp.Server{Handler: rt.Handler(), KeepHijackedConns: true, MaxRequestBodySize: 8 << 20}
 	f.chat.KeepAlive(srv.ServeConn)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })

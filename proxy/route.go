@@ -148,7 +148,16 @@ func (t *turn) checkContext() *codec.Error {
 // as it passes the window.
 func (t *turn) fits(up *Upstream) bool {
 	window := up.Tier.ContextWindow
-	return t.bound+len(up.cfg.SystemPrompt)+16 <= window || t.promptTokens(up, window) <= window
+	if t.bound+len(up.cfg.SystemPrompt)+16 <= window {
+		return true
+	}
+	limit := window
+	if t.plan.Auto {
+		// Auto may try every tier: one count to the largest window
+		// serves them all.
+		limit = t.ch.maxWindow
+	}
+	return t.promptTokens(up, limit) <= window
 }
 
 // promptTokens counts the prompt under up's system prompt, stopping once
@@ -210,6 +219,11 @@ func contentText(raw []byte) string {
 		return ""
 	}
 	if raw[0] == '"' {
+		// Counting only reads the text, within the handler that holds the
+		// body: an unescaped string is read where it lies.
+		if s, ok := codec.StringLiteralView(raw); ok {
+			return s
+		}
 		var s string
 		if sonic.Unmarshal(raw, &s) == nil {
 			return s

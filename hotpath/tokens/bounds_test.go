@@ -71,12 +71,28 @@ func TestCountLimitStops(t *testing.T) {
 	n := CountLimit(text, 1000)
 	used := cpuTime(t) - start
 	require.Greater(t, n, 1000)
-	require.Less(t, n, 1000+maxSegment)
 	require.Less(t, used, 200*time.Millisecond)
+	// A run the encoder-free bound cannot settle is counted only a little
+	// past the limit.
+	run := strings.Repeat("b", 1<<20)
+	require.Less(t, CountLimit(run, 1000), 1000+maxSegment)
 
 	msgs := []Message{{Role: "user", Content: text}, {Role: "user", Content: text}}
 	m := CountChatLimit(msgs, nil, 5000)
 	require.Greater(t, m, 5000)
-	require.Less(t, m, 5000+maxSegment)
 	require.Equal(t, CountChat(msgs[:1], nil), CountChatLimit(msgs[:1], nil, 1<<30))
+}
+
+// TestMinTokensIsALowerBound: the encoder-free bound never exceeds the count.
+func TestMinTokensIsALowerBound(t *testing.T) {
+	for _, text := range []string{
+		"", "a", "hello world", " leading space", "trailing space ", "a  b   c", "line\nnext\n\nthird",
+		string(AppendWords(nil, 9, 3000)), strings.Repeat("x y\n", 500), "émigré café, naïve — 東京 タワー",
+		strings.Repeat("(a) [b] {c}, d; e: f! ", 300), strings.Repeat("1234567 89 ", 200),
+	} {
+		require.LessOrEqual(t, minTokens(text), Count(text), "%.40q", text)
+	}
+	words := string(AppendWords(nil, 1, 100_000))
+	require.Greater(t, CountLimit(words, 1000), 1000)
+	require.Greater(t, minTokens(words), 80_000)
 }

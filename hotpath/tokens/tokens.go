@@ -114,8 +114,7 @@ const maxSegment = 4 * MaxRun
 func cutAt(text string) int {
 	last := 0 // the last exact cut found, 0 for none
 	for i := 1; i < len(text); i++ {
-		c, prev := text[i], text[i-1]
-		if !isSpace(c) && prev == '\n' || c == ' ' && !isSpace(prev) && i+1 < len(text) && !isSpace(text[i+1]) {
+		if isCut(text, i) {
 			last = i
 		}
 		if i >= maxSegment && last > 0 {
@@ -136,6 +135,30 @@ func cutAt(text string) int {
 		}
 	}
 	return len(text)
+}
+
+// isCut reports whether i (0 < i < len(text)) is a place where the
+// encoder's pre-tokenizer always splits: before a space that opens a word,
+// or after a newline before a word.
+func isCut(text string, i int) bool {
+	c, prev := text[i], text[i-1]
+	return !isSpace(c) && prev == '\n' || c == ' ' && !isSpace(prev) && i+1 < len(text) && !isSpace(text[i+1])
+}
+
+// minTokens is a lower bound on the tokens of text, found without the
+// encoder: the pre-tokenizer splits at every isCut place and each piece is at
+// least one token. It reads each byte once and allocates nothing.
+func minTokens(text string) int {
+	if text == "" {
+		return 0
+	}
+	n := 1
+	for i := 1; i < len(text); i++ {
+		if isCut(text, i) {
+			n++
+		}
+	}
+	return n
 }
 
 func isSpace(c byte) bool {
@@ -167,6 +190,11 @@ func CountLimit(text string, limit int) int {
 	if text == "" {
 		return 0
 	}
+	if limit < math.MaxInt {
+		if lower := minTokens(text); lower > limit {
+			return lower
+		}
+	}
 	return countText(encoder(), 0, text, limit)
 }
 
@@ -180,6 +208,17 @@ func CountChat(msgs []Message, tools []Tool) int {
 // way a context-window check needs it: the result is then some number above
 // limit. The work is linear in the prompt and stops with the count.
 func CountChatLimit(msgs []Message, tools []Tool, limit int) int {
+	if limit < math.MaxInt {
+		// A prompt whose words alone outnumber the limit is over it
+		// without encoding anything.
+		lower := primer
+		for i := range msgs {
+			lower += perMessage + minTokens(msgs[i].Content)
+		}
+		if lower > limit {
+			return lower
+		}
+	}
 	e := encoder()
 	n := primer
 	var buf []byte
@@ -191,8 +230,25 @@ func CountChatLimit(msgs []Message, tools []Tool, limit int) int {
 		if n > limit {
 			return n
 		}
-		buf = appendMessage(buf[:0], &msgs[i])
+		m := &msgs[i]
+		if len(m.Content) <= maxSegment {
+			buf = appendMessage(buf[:0], m)
+			n = countText(e, n+perMessage, string(buf), limit)
+			continue
+		}
+		// A long content is counted where it lies, not copied: the role
+		// line with the content's first segment, then the rest from the
+		// cut, which is a place where the counting would cut anyway.
+		k := cutAt(m.Content)
+		head := *m
+		head.Content, head.ToolCalls = m.Content[:k], nil
+		buf = appendMessage(buf[:0], &head)
 		n = countText(e, n+perMessage, string(buf), limit)
+		n = countText(e, n, m.Content[k:], limit)
+		if len(m.ToolCalls) > 0 && n <= limit {
+			buf = appendMessage(buf[:0], &Message{ToolCalls: m.ToolCalls, Content: "x"})
+			n = countText(e, n, string(buf[2:]), limit) // the calls after the content, without "\nx"
+		}
 	}
 	return n
 }
