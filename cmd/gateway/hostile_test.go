@@ -25,5 +25,5 @@ func TestControlPlaneTypeErrorsNameTheField(t *testing.T) {
 	// "READ_ONLY" is not read_only: the key is minted writable.
 	r = ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{"READ_ONLY": true, "allowed_scopes": []string{"chat"}})
 	require.Equal(t, 201, r.status, "%s", r.raw)
-	require.Equal(t, false, r.body["read_only"])
+	require.NotEqual(t, true, r.body["read_only"])
 }

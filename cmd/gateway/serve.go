@@ -135,6 +135,12 @@ func (c *serveConfig) validate() error {
 	if c.MaxBodySize < 1024 {
 		return errors.New("max-body-size: must be at least 1024")
 	}
+	if c.UpstreamMaxResponse == 0 {
+		c.UpstreamMaxResponse = proxy.DefaultMaxResponseBytes
+	}
+	if c.UpstreamMaxEvent == 0 {
+		c.UpstreamMaxEvent = proxy.DefaultMaxEventBytes
+	}
 	if c.UpstreamMaxResponse < 4096 || c.UpstreamMaxEvent < 4096 {
 		return errors.New("upstream-max-response-bytes and upstream-max-event-bytes: must be at least 4096")
 	}
