@@ -45,6 +45,7 @@ const (
 	CodeOrgSelectionRequired                         // 409
 	CodePayloadTooLarge                              // 413
 	CodeURITooLong                                   // 414
+	CodeUnsupportedMediaType                         // 415
 	CodeStructuredOutputUnsupported                  // 422
 	CodeStructuredOutputUnsatisfied                  // 422
 	CodeRateLimited                                  // 429
@@ -145,6 +146,7 @@ var codeTable = [codeCount]codeInfo{
 	CodeEvalSuiteSlugExists:          {"eval_suite_slug_exists", 409, typeInvalidRequest, "An eval suite with this slug already exists."},
 	CodeOrgSelectionRequired:         {"org_selection_required", 409, typeInvalidRequest, "Select an organization to continue."},
 	CodePayloadTooLarge:              {"payload_too_large", 413, typeInvalidRequest, "The request body is too large."},
+	CodeUnsupportedMediaType:         {"unsupported_media_type", 415, typeInvalidRequest, "The request body's encoding is not supported."},
 	CodeURITooLong:                   {"uri_too_long", 414, typeInvalidRequest, "The request target is too long."},
 	CodeStructuredOutputUnsupported:  {"structured_output_unsupported", 422, typeInvalidRequest, "The model does not support structured output."},
 	CodeStructuredOutputUnsatisfied:  {"structured_output_unsatisfied", 422, typeInvalidRequest, "The model output did not satisfy the requested schema."},

@@ -46,7 +46,7 @@ func wantOpenAIType(status int) string {
 		return "rate_limit_error"
 	case status >= 500:
 		return "server_error"
-	case status == 400, status == 405, status == 408, status == 409, status == 413, status == 414, status == 422,
+	case status == 400, status == 405, status == 408, status == 409, status == 413, status == 414, status == 415, status == 422,
 		status == 431, status == 499:
 		return "invalid_request_error"
 	}
@@ -95,6 +95,7 @@ func TestCodes(t *testing.T) {
 		{CodeOrgSelectionRequired, "org_selection_required", 409, "invalid_request_error"},
 		{CodePayloadTooLarge, "payload_too_large", 413, "invalid_request_error"},
 		{CodeURITooLong, "uri_too_long", 414, "invalid_request_error"},
+		{CodeUnsupportedMediaType, "unsupported_media_type", 415, "invalid_request_error"},
 		{CodeStructuredOutputUnsupported, "structured_output_unsupported", 422, "invalid_request_error"},
 		{CodeStructuredOutputUnsatisfied, "structured_output_unsatisfied", 422, "invalid_request_error"},
 		{CodeRateLimited, "rate_limited", 429, "rate_limit_error"},

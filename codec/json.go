@@ -120,6 +120,23 @@ func unsafeMask8(x uint64) uint64 {
 	return (x | (x - 0x20*lo) | ((x ^ '"'*lo) - lo) | ((x ^ '\\'*lo) - lo)) & hi
 }
 
+// StringLiteralView returns the value of the JSON string literal raw when
+// it holds no escape, as a view of raw's bytes without copying: it is valid
+// only while raw is, and must not be kept past it. ok is false for anything
+// else, which the caller decodes instead.
+func StringLiteralView(raw []byte) (s string, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	inner := raw[1 : len(raw)-1]
+	for _, c := range inner {
+		if c == '\\' || c == '"' {
+			return "", false
+		}
+	}
+	return b2s(inner), true
+}
+
 // b2s converts b to a string without copying. The string must not outlive
 // b or be used after b changes.
 func b2s(b []byte) string {

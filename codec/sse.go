@@ -336,6 +336,10 @@ func (s *SSEScanner) tooLong(lineStart, end int) bool {
 	return end-from > limit
 }
 
+// SetMaxEvent sets the cap on one event's bytes; n <= 0 selects
+// DefaultMaxSSEEvent. Reset keeps it.
+func (s *SSEScanner) SetMaxEvent(n int) { s.maxEvent = n }
+
 // fail makes s fail with ErrEventTooLarge and returns it.
 func (s *SSEScanner) fail() error {
 	s.err = ErrEventTooLarge

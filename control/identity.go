@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/bytedance/sonic"
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgegw/gateway/codec"
@@ -74,8 +73,8 @@ func (a *API) createKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	}
 	var req createKeyRequest
 	if body := ctx.PostBody(); len(body) > 0 {
-		if err := sonic.Unmarshal(body, &req); err != nil {
-			return codec.ErrMalformedJSON
+		if cerr := codec.DecodeRequest(body, &req); cerr != nil {
+			return cerr
 		}
 	}
 	scopes, err := hotpath.ParseScopes(req.Scopes)

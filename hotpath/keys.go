@@ -37,6 +37,14 @@ type VerifierConfig struct {
 	TTL time.Duration
 	// LookupTimeout bounds one KeySource call. Default 2s.
 	LookupTimeout time.Duration
+	// NegativeKeys bounds how many unknown token hashes are remembered, so
+	// that a forged key with a valid checksum, sent again and again, costs
+	// one KeySource call per NegativeTTL instead of one per request.
+	// Default 10000; negative turns the memory off.
+	NegativeKeys int64
+	// NegativeTTL is how long an unknown hash is remembered. Default 30s.
+	// Creating a key under the hash forgets it at once (Invalidate).
+	NegativeTTL time.Duration
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -50,7 +58,13 @@ func (c *VerifierConfig) Validate() error {
 	if c.LookupTimeout == 0 {
 		c.LookupTimeout = 2 * time.Second
 	}
-	if c.MaxKeys < 0 || c.TTL < 0 || c.LookupTimeout < 0 {
+	if c.NegativeKeys == 0 {
+		c.NegativeKeys = 10_000
+	}
+	if c.NegativeTTL == 0 {
+		c.NegativeTTL = 30 * time.Second
+	}
+	if c.MaxKeys < 0 || c.TTL < 0 || c.LookupTimeout < 0 || c.NegativeTTL < 0 {
 		return errors.New("key cache sizes and durations must not be negative")
 	}
 	return nil
@@ -75,8 +89,9 @@ type Verifier struct {
 	dropped   map[TokenHash]int64
 	clearedAt atomic.Int64
 	live      atomic.Bool
+	unknown   unknownKeys
 
-	hits, misses, staleServed, lookupErrors atomic.Uint64
+	hits, misses, staleServed, lookupErrors, unknownHits atomic.Uint64
 }
 
 type keyEntry struct {
@@ -107,6 +122,7 @@ func NewVerifier(cfg VerifierConfig, src KeySource) (*Verifier, error) {
 		cache:   cache,
 		base:    time.Now(),
 		dropped: make(map[TokenHash]int64),
+		unknown: unknownKeys{max: int(cfg.NegativeKeys), ttl: int64(cfg.NegativeTTL), at: map[TokenHash]int64{}},
 	}, nil
 }
 
@@ -167,12 +183,18 @@ func (v *Verifier) entry(h TokenHash, kind TokenKind) (*keyEntry, *codec.Error) 
 		v.hits.Add(1)
 		return cached, nil
 	}
+	if v.live.Load() && v.unknown.has(h, v.mono(), v.clearedAt.Load()) {
+		v.unknownHits.Add(1)
+		return nil, codec.ErrUnauthorized
+	}
 	v.misses.Add(1)
+	start := v.mono()
 	e, err := v.fetch(h, kind)
 	switch {
 	case err == nil:
 		return e, nil
 	case errors.Is(err, ErrKeyNotFound):
+		v.rememberUnknown(h, start)
 		return nil, codec.ErrUnauthorized
 	case ok:
 		// The source cannot answer; the last record it gave is better than
@@ -243,6 +265,7 @@ func (v *Verifier) Invalidate(h TokenHash) {
 		}
 	}
 	v.mu.Unlock()
+	v.unknown.forget(h)
 	v.kill(h)
 	// A fill that passed its check before we took the lock may still sit in
 	// the cache's write buffer: flush it, then kill what it stored.
@@ -281,6 +304,9 @@ func (v *Verifier) Live() bool { return v.live.Load() }
 // VerifierStats is a snapshot of the verifier's counters.
 type VerifierStats struct {
 	Hits, Misses, StaleServed, LookupErrors uint64
+	// UnknownHits counts requests refused from the memory of unknown
+	// hashes, without a KeySource call.
+	UnknownHits uint64
 }
 
 // Stats returns the counters.
@@ -290,6 +316,7 @@ func (v *Verifier) Stats() VerifierStats {
 		Misses:       v.misses.Load(),
 		StaleServed:  v.staleServed.Load(),
 		LookupErrors: v.lookupErrors.Load(),
+		UnknownHits:  v.unknownHits.Load(),
 	}
 }
 

@@ -82,6 +82,7 @@ type Chat struct {
 	watch *departures
 
 	errImages *codec.Error // image_not_supported naming the tiers that read images
+	maxWindow int          // the largest context window of any tier
 }
 
 type chatMetrics struct {
@@ -89,6 +90,7 @@ type chatMetrics struct {
 	estimated                      *metrics.Counter
 	streamsBroken, clientGone      *metrics.Counter
 	retries                        *metrics.Counter
+	oversize                       *metrics.Counter
 }
 
 // NewChat checks that every tier has an upstream and registers metrics.
@@ -110,6 +112,9 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		up.Tier = &ch.tiers[i]
 		ch.ups = append(ch.ups, up)
 	}
+	for i := range ch.tiers {
+		ch.maxWindow = max(ch.maxWindow, ch.tiers[i].ContextWindow)
+	}
 	ch.errImages = &codec.Error{Code: codec.CodeImageNotSupported}
 	for _, t := range ch.tiers {
 		if t.SupportsVision {
@@ -127,6 +132,7 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		streamsBroken:  s.NewCounter(`gateway_chat_streams_broken_total`),
 		clientGone:     s.NewCounter(`gateway_chat_client_disconnects_total`),
 		retries:        s.NewCounter(`gateway_chat_upstream_retries_total`),
+		oversize:       s.NewCounter(`gateway_chat_upstream_oversize_total`),
 	}
 	s.NewGauge(`gateway_chat_in_flight`, func() float64 { return float64(ch.gate.InFlight()) })
 	s.NewGauge(`gateway_chat_open_streams`, func() float64 { return float64(ch.open.Load()) })
@@ -218,7 +224,10 @@ type turn struct {
 	counted  bool
 	countSys string
 	count    int
-	keyID    string
+	// countLimit is the limit count was made under: a count above it
+	// stopped early and is only a lower bound.
+	countLimit int
+	keyID      string
 
 	// Admission: the key's concurrency slot and the budgets reserved.
 	principal *hotpath.Principal
@@ -415,8 +424,8 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if len(body) == 0 {
 		return false, errEmptyBody
 	}
-	if err := sonic.Unmarshal(body, &t.req); err != nil {
-		return false, codec.ErrMalformedJSON
+	if cerr := codec.DecodeRequest(body, &t.req); cerr != nil {
+		return false, cerr
 	}
 	plan, cerr := ValidateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
 	if cerr != nil {
@@ -605,6 +614,9 @@ type verdict struct {
 // classify decides what an upstream answer means. It consumes and never
 // shows the upstream's error body.
 func (t *turn) classify(resp *fasthttp.Response, err error) verdict {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		return verdict{outcome: attemptFinal, err: t.upstreamOversize("body", t.up.cfg.MaxResponseBytes), failed: true}
+	}
 	if errors.Is(err, fasthttp.ErrNoFreeConns) {
 		// Our own connection cap, not the upstream's health.
 		return verdict{outcome: attemptRetry, err: errOverloaded}

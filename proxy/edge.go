@@ -205,6 +205,9 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 		}
 		c.Service = s
 	}
+	if cerr := checkContentEncoding(ctx); cerr != nil {
+		return cerr
+	}
 	return h(ctx, c)
 }
 

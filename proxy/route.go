@@ -43,12 +43,18 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 		case t.plan.HasTools || t.plan.EffortSet && t.plan.Effort != hotpath.EffortNone:
 			order = [3]string{"vaani", "kavi", "mira"}
 		}
+		candidates, fitting := 0, 0
 		for pass := 0; pass < 2 && t.up == nil; pass++ {
 			for _, name := range order {
 				up := ch.upstreamFor(name)
-				if up == nil || !p.AllowsModel(name) || t.capability(up.Tier) != nil || !t.fits(up) {
+				if up == nil || !p.AllowsModel(name) || t.capability(up.Tier) != nil {
 					continue
 				}
+				candidates++
+				if !t.fits(up) {
+					continue
+				}
+				fitting++
 				// First pass: only tiers known healthy; second: any the
 				// breaker lets through (a half-open probe).
 				if pass == 0 && up.Breaker.State() != hotpath.BreakerClosed || pass == 1 && !up.Breaker.Allow() {
@@ -59,6 +65,11 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 			}
 		}
 		if t.up == nil {
+			if candidates > 0 && fitting == 0 {
+				// No tier the key may use can hold the prompt: the
+				// client's to fix, not a reason to retry.
+				return errContextOverflow
+			}
 			// Retry when the first tier that cools down allows it.
 			wait := time.Duration(0)
 			for _, up := range ch.ups {
@@ -141,18 +152,30 @@ func (t *turn) checkContext() *codec.Error {
 }
 
 // fits reports whether the prompt, with up's system prompt, fits up's
-// window: by the byte bound when it can, else by the exact count.
+// window: by the byte bound when it can, else by a count that stops as soon
+// as it passes the window.
 func (t *turn) fits(up *Upstream) bool {
 	window := up.Tier.ContextWindow
-	return t.bound+len(up.cfg.SystemPrompt)+16 <= window || t.promptTokens(up) <= window
+	if t.bound+len(up.cfg.SystemPrompt)+16 <= window {
+		return true
+	}
+	limit := window
+	if t.plan.Auto {
+		// Auto may try every tier: one count to the largest window
+		// serves them all.
+		limit = t.ch.maxWindow
+	}
+	return t.promptTokens(up, limit) <= window
 }
 
-// promptTokens counts the prompt exactly under up's system prompt,
-// remembering the count: routing, the window check and local billing may
-// each need it, and tokenizing is the slow part.
-func (t *turn) promptTokens(up *Upstream) int {
-	if !t.counted || t.countSys != up.cfg.SystemPrompt {
-		t.count, t.countSys, t.counted = countPrompt(&t.req, up), up.cfg.SystemPrompt, true
+// promptTokens counts the prompt under up's system prompt, stopping once
+// the count passes limit (the result is then only known to be above it),
+// and remembers the count: routing, the window check and local billing may
+// each need it, and tokenizing is the slow part. A count that stopped
+// early is redone only for a larger limit.
+func (t *turn) promptTokens(up *Upstream, limit int) int {
+	if !t.counted || t.countSys != up.cfg.SystemPrompt || t.count > t.countLimit && limit > t.countLimit {
+		t.count, t.countSys, t.countLimit, t.counted = countPrompt(&t.req, up, limit), up.cfg.SystemPrompt, limit, true
 	}
 	return t.count
 }
@@ -174,9 +197,10 @@ func promptBound(r *codec.ChatRequest) int {
 	return n
 }
 
-// countPrompt counts the prompt exactly, with the tier's system prompt, as
-// the tokenizer and template the simulator reports usage with.
-func countPrompt(r *codec.ChatRequest, up *Upstream) int {
+// countPrompt counts the prompt, with the tier's system prompt, as the
+// tokenizer and template the simulator reports usage with, stopping once the
+// count passes limit.
+func countPrompt(r *codec.ChatRequest, up *Upstream, limit int) int {
 	msgs := make([]tokens.Message, 0, len(r.Messages)+1)
 	if up.cfg.SystemPrompt != "" {
 		msgs = append(msgs, tokens.Message{Role: "system", Content: up.cfg.SystemPrompt})
@@ -194,7 +218,7 @@ func countPrompt(r *codec.ChatRequest, up *Upstream) int {
 		f := &r.Tools[i].Function
 		tools = append(tools, tokens.Tool{Name: f.Name, Description: f.Description, Parameters: f.Parameters})
 	}
-	return tokens.CountChat(msgs, tools)
+	return tokens.CountChatLimit(msgs, tools, limit)
 }
 
 // contentText is a message's text: the string, or its text parts joined.
@@ -203,6 +227,11 @@ func contentText(raw []byte) string {
 		return ""
 	}
 	if raw[0] == '"' {
+		// Counting only reads the text, within the handler that holds the
+		// body: an unescaped string is read where it lies.
+		if s, ok := codec.StringLiteralView(raw); ok {
+			return s
+		}
 		var s string
 		if sonic.Unmarshal(raw, &s) == nil {
 			return s
@@ -239,7 +268,8 @@ func (t *turn) settleBill(u *codec.Usage, has bool, delivered ...[]byte) {
 	} else {
 		t.estimated = true
 		t.ch.m.estimated.Inc()
-		b.InputTokens = int64(t.promptTokens(t.up))
+		// The window check passed, so a count to the window is exact.
+		b.InputTokens = int64(t.promptTokens(t.up, t.up.Tier.ContextWindow))
 		b.OutputTokens = t.foldedTokens()
 		for _, d := range delivered {
 			b.OutputTokens += int64(countLiterals(d))

@@ -83,6 +83,9 @@ func CompileSchema(raw []byte) (*CompiledSchema, *codec.Error) {
 	if e := s.walk(doc, ""); e != nil {
 		return nil, e
 	}
+	if f := lintSchema(doc); f != nil {
+		return nil, schemaRefusal(f.msg, f.bound, f.limit)
+	}
 
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)

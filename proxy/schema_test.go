@@ -99,11 +99,24 @@ func TestCompiledSchemaRecursion(t *testing.T) {
 		require.NotNil(t, cerr)
 		require.Contains(t, cerr.Message, "(at /children/0/children/0: missing property 'name')")
 	})
-	t.Run("reference cycle ends", func(t *testing.T) {
-		s := mustCompile(t, `{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`)
-		cerr := s.Check([]byte(`1`))
-		require.NotNil(t, cerr)
-		require.Equal(t, codec.CodeStructuredOutputUnsatisfied, cerr.Code)
+	t.Run("reference cycle refused", func(t *testing.T) {
+		// It would fail on every output, billed; it is refused up front.
+		for _, schema := range []string{
+			`{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`,
+			`{"$ref":"#"}`,
+			`{"type":"object","required":["a"],"properties":{"a":{"$ref":"#"}}}`,
+			`{"type":"array","minItems":1,"items":{"$ref":"#"}}`,
+			`{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/b"}]},"b":{"anyOf":[{"$ref":"#/$defs/a"}]}},"type":"object","properties":{"x":{"$ref":"#/$defs/a"}}}`,
+		} {
+			_, cerr := CompileSchema([]byte(schema))
+			require.NotNil(t, cerr, schema)
+			require.Equal(t, codec.CodeInvalidSchema, cerr.Code)
+			require.Contains(t, cerr.Message, "refers back to itself without end", schema)
+		}
+	})
+	t.Run("optional recursion accepted", func(t *testing.T) {
+		mustCompile(t, `{"type":"object","properties":{"next":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["next"]}`)
+		mustCompile(t, `{"type":"array","items":{"$ref":"#"}}`)
 	})
 }
 

@@ -341,6 +341,7 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 
 	sc := scannerPool.Get().(*codec.SSEScanner)
 	sc.Reset()
+	sc.SetMaxEvent(t.up.cfg.MaxEventBytes)
 	defer scannerPool.Put(sc)
 	if ic, ok := resp.LocalAddr().(*idleConn); ok {
 		// The departure watcher closes it when the client leaves, which
@@ -451,7 +452,7 @@ func (t *turn) drain(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chunk, 
 	for {
 		ev, ok, err := sc.Next()
 		if err != nil {
-			st.failure = errUpstreamMalformed
+			st.failure = t.upstreamUnreadable(err)
 			return true
 		}
 		if !ok {

@@ -50,6 +50,13 @@ type UpstreamConfig struct {
 	// MaxRetryWait caps how long a provider's Retry-After is honoured
 	// before a retry. Default 2s.
 	MaxRetryWait time.Duration
+	// MaxResponseBytes caps a non-streaming response body; a larger one is
+	// an upstream failure (503 upstream_overloaded, not retried). Default
+	// 4 MiB: a whole completion at the largest output cap is far smaller.
+	MaxResponseBytes int
+	// MaxEventBytes caps one SSE event of a stream; a larger one ends the
+	// stream as an upstream failure. Default 1 MiB.
+	MaxEventBytes int
 	// Dial replaces the TCP dialer (the in-process simulator uses it).
 	Dial fasthttp.DialFunc
 	// Transport replaces the whole round trip; benchmarks use it to measure
@@ -84,13 +91,19 @@ func (c *UpstreamConfig) Validate() error {
 	case c.Retries < 0:
 		c.Retries = 0
 	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if c.MaxEventBytes == 0 {
+		c.MaxEventBytes = DefaultMaxEventBytes
+	}
 	if c.Backoff == 0 {
 		c.Backoff = 50 * time.Millisecond
 	}
 	if c.MaxRetryWait == 0 {
 		c.MaxRetryWait = 2 * time.Second
 	}
-	if c.MaxConns < 0 || c.MaxPlainConns < 0 || c.StreamIdle < 0 || c.StreamMax < 0 || c.Backoff < 0 || c.MaxRetryWait < 0 {
+	if c.MaxResponseBytes < 0 || c.MaxEventBytes < 0 || c.MaxConns < 0 || c.MaxPlainConns < 0 || c.StreamIdle < 0 || c.StreamMax < 0 || c.Backoff < 0 || c.MaxRetryWait < 0 {
 		return errors.New("upstream limits must not be negative")
 	}
 	return nil
@@ -174,6 +187,7 @@ func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breake
 		return hc
 	}
 	up.plain = newClient(0, cfg.MaxPlainConns)
+	up.plain.MaxResponseBodySize = cfg.MaxResponseBytes
 	up.stream = newClient(cfg.StreamIdle, cfg.MaxConns)
 	return up, nil
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/bytedance/sonic"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
@@ -37,6 +38,8 @@ const (
 	maxResponseSchemaBytes = 32 << 10
 	maxResponseSchemaDepth = 16
 	maxSchemaNameLen       = 64
+	// maxTools bounds the tools one request declares (OpenAI's bound).
+	maxTools = 128
 )
 
 // Plan is what validation decides: everything the pipeline needs, computed
@@ -96,7 +99,14 @@ var (
 	errFormatSchemaObj = invalidRequest("response_format.json_schema: required when type is json_schema.")
 	errFormatName      = invalidRequest("response_format.json_schema.name: required, 1 to 64 characters of a-z, A-Z, 0-9, _ and -.")
 	errFormatSchema    = invalidRequest("response_format.json_schema.schema: required, a JSON Schema object.")
+	errTooManyTools    = &codec.Error{Code: codec.CodeInvalidRequest,
+		Message: "tools: at most " + strconv.Itoa(maxTools) + " tools per request.",
+		Detail:  codec.Detail{Bound: "tools", Limit: maxTools, HasLimit: true}}
 )
+
+// smallToolCount is the most tools whose names are compared pairwise, which
+// allocates nothing; more are checked through a map, in linear time.
+const smallToolCount = 8
 
 func invalidRequest(msg string) *codec.Error {
 	return &codec.Error{Code: codec.CodeInvalidRequest, Message: msg}
@@ -229,8 +239,15 @@ func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hot
 	}
 
 	// tools
+	if len(req.Tools) > maxTools {
+		return errTooManyTools
+	}
+	var seen map[string]int
+	if len(req.Tools) > smallToolCount {
+		seen = make(map[string]int, len(req.Tools))
+	}
 	for i := range req.Tools {
-		if e := checkTool(req.Tools, i); e != nil {
+		if e := checkTool(req.Tools, i, seen); e != nil {
 			return e
 		}
 	}
@@ -441,8 +458,9 @@ func toolCallRefusal(i, j int, field, msg string) *codec.Error {
 }
 
 // checkTool checks tools[i]: its type, its name (valid and not declared
-// earlier) and the bounds of its parameters schema.
-func checkTool(tools []codec.Tool, i int) *codec.Error {
+// earlier) and the bounds of its parameters schema. seen, when not nil,
+// maps the names of tools[:i] to their index.
+func checkTool(tools []codec.Tool, i int, seen map[string]int) *codec.Error {
 	t := &tools[i]
 	if t.Type != "function" {
 		return toolRefusal(i, "type: must be function.")
@@ -451,9 +469,16 @@ func checkTool(tools []codec.Tool, i int) *codec.Error {
 	if !validName(name) {
 		return toolRefusal(i, "function.name: required, 1 to 64 characters of a-z, A-Z, 0-9, _ and -.")
 	}
-	for j := 0; j < i; j++ {
-		if tools[j].Function.Name == name {
+	if seen != nil {
+		if j, dup := seen[name]; dup {
 			return toolRefusal(i, "function.name: "+name+" is already declared by tools["+strconv.Itoa(j)+"].")
+		}
+		seen[name] = i
+	} else {
+		for j := 0; j < i; j++ {
+			if tools[j].Function.Name == name {
+				return toolRefusal(i, "function.name: "+name+" is already declared by tools["+strconv.Itoa(j)+"].")
+			}
 		}
 	}
 	raw := trimJSONSpace(t.Function.Parameters)
@@ -474,6 +499,15 @@ func checkTool(tools []codec.Tool, i int) *codec.Error {
 		return toolSchemaRefusal(i, name, "nesting exceeds the bound of depth "+strconv.Itoa(maxToolSchemaDepth)+".", "depth", maxToolSchemaDepth)
 	case shapeTooMany:
 		return toolSchemaRefusal(i, name, "exceeds the bound of "+strconv.Itoa(maxToolSchemaNodes)+" JSON values.", "nodes", maxToolSchemaNodes)
+	}
+	if needsLint(raw) {
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+		if err != nil {
+			return toolSchemaRefusal(i, name, "is not valid JSON.", "", 0)
+		}
+		if f := lintSchema(doc); f != nil {
+			return toolSchemaRefusal(i, name, f.msg, f.bound, f.limit)
+		}
 	}
 	return nil
 }

@@ -51,14 +51,15 @@ const paddingSeed = 0x6c6f6164
 // variant is one request shape of a run: a wire, a tier and a fault, with
 // its body built once and shared, read-only, by every request of that shape.
 type variant struct {
-	wire   Wire
-	tier   string
-	fault  string
-	uri    string // absolute URL
-	body   []byte
-	stream bool
-	check  frameorder.Wire // 0: no frame-order check
-	weight float64         // cumulative, over the run's variants
+	wire    Wire
+	tier    string
+	fault   string
+	hostile string // the hostile kind, "" for an ordinary request
+	uri     string // absolute URL
+	body    []byte
+	stream  bool
+	check   frameorder.Wire // 0: no frame-order check
+	weight  float64         // cumulative, over the run's variants
 }
 
 // target is a parsed base URL.
@@ -112,8 +113,12 @@ func buildVariants(sc *Scenario, tg target, wire Wire) ([]variant, error) {
 	if len(faults) == 0 {
 		faults = map[string]float64{"": 1}
 	}
-	wsum, tsum, fsum := sumWeights(wires), sumWeights(sc.Tiers), sumWeights(faults)
-	if wsum <= 0 || tsum <= 0 || fsum <= 0 {
+	hostile := sc.Hostile
+	if len(hostile) == 0 {
+		hostile = map[string]float64{"": 1}
+	}
+	wsum, tsum, fsum, hsum := sumWeights(wires), sumWeights(sc.Tiers), sumWeights(faults), sumWeights(hostile)
+	if wsum <= 0 || tsum <= 0 || fsum <= 0 || hsum <= 0 {
 		return nil, errors.New("cannot build requests: scenario has no weight (call Validate)")
 	}
 	padding := tokens.AppendWords(nil, paddingSeed, sc.PromptWords)
@@ -122,20 +127,27 @@ func buildVariants(sc *Scenario, tg target, wire Wire) ([]variant, error) {
 	for _, w := range sortedKeys(wires) {
 		for _, tier := range sortedKeys(sc.Tiers) {
 			for _, fault := range sortedKeys(faults) {
-				weight := wires[w] / wsum * sc.Tiers[tier] / tsum * faults[fault] / fsum
-				if weight <= 0 {
-					continue
+				for _, kind := range sortedKeys(hostile) {
+					weight := wires[w] / wsum * sc.Tiers[tier] / tsum * faults[fault] / fsum * hostile[kind] / hsum
+					if weight <= 0 {
+						continue
+					}
+					v := variant{
+						wire:    w,
+						tier:    tier,
+						fault:   fault,
+						hostile: kind,
+						uri:     tg.origin + tg.prefix + w.Path(),
+						body:    appendBody(nil, sc, w, tier, fault, padding),
+						stream:  sc.Stream,
+						check:   checkerWire(sc, w),
+						weight:  weight,
+					}
+					if kind != "" {
+						v.body, v.stream, v.check = hostileBody(kind, tier), false, 0
+					}
+					vs = append(vs, v)
 				}
-				vs = append(vs, variant{
-					wire:   w,
-					tier:   tier,
-					fault:  fault,
-					uri:    tg.origin + tg.prefix + w.Path(),
-					body:   appendBody(nil, sc, w, tier, fault, padding),
-					stream: sc.Stream,
-					check:  checkerWire(sc, w),
-					weight: weight,
-				})
 			}
 		}
 	}

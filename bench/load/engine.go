@@ -397,7 +397,7 @@ func (r *runner) openRequest(ph *phase, sem chan struct{}, v *variant, intended 
 	c.do(r.client, v, r.auth, r.sc.Timeout, intended)
 	if measured {
 		c.out.index = idx
-		ph.rec.record(uint32(idx), &c.out)
+		ph.rec.recordVariant(uint32(idx), v, &c.out)
 	}
 	c.reset()
 	callPool.Put(c)
@@ -452,7 +452,7 @@ func (r *runner) client1(ctx context.Context, ph *phase, w uint32) {
 		c.do(r.client, v, r.auth, r.sc.Timeout, now)
 		if measured {
 			c.out.index = idx
-			ph.rec.record(w, &c.out)
+			ph.rec.recordVariant(w, v, &c.out)
 		}
 		c.reset()
 		if r.sc.Think > 0 && !ph.sleep(ctx, r.sc.Think) {

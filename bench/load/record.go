@@ -54,6 +54,9 @@ type outcome struct {
 
 // shard is one lock's worth of a recorder.
 type shard struct {
+	hostile         int64
+	hostileByStatus map[int]int64
+
 	mu        sync.Mutex
 	latency   *hdrhistogram.Histogram
 	ttfb      *hdrhistogram.Histogram
@@ -153,6 +156,27 @@ func (rec *recorder) record(shardHint uint32, o *outcome) bool {
 	return true
 }
 
+// recordVariant records one measured request of variant v: an ordinary one
+// in the figures, a hostile one only in its own counts.
+func (rec *recorder) recordVariant(shardHint uint32, v *variant, o *outcome) bool {
+	if v.hostile == "" {
+		return rec.record(shardHint, o)
+	}
+	s := &rec.shards[int(shardHint)%len(rec.shards)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rec.finalized {
+		return false
+	}
+	rec.inflight.Add(-1)
+	s.hostile++
+	if s.hostileByStatus == nil {
+		s.hostileByStatus = map[int]int64{}
+	}
+	s.hostileByStatus[o.status]++
+	return true
+}
+
 // backlog counts a measured request that was never sent.
 func (rec *recorder) backlog(shardHint uint32) {
 	s := &rec.shards[int(shardHint)%len(rec.shards)]
@@ -238,6 +262,13 @@ func (rec *recorder) mergeInto(res *Result) {
 		res.Bytes += s.bytes
 		res.Frames += s.frames
 		res.FrameViolations += s.viol
+		res.Hostile += s.hostile
+		for k, v := range s.hostileByStatus {
+			if res.HostileByStatus == nil {
+				res.HostileByStatus = map[int]int64{}
+			}
+			res.HostileByStatus[k] += v
+		}
 		for k, v := range s.byStatus {
 			res.ByStatus[k] += v
 		}

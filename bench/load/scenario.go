@@ -170,6 +170,14 @@ func (s *Scenario) Validate() error {
 		return bad("prompt_words", "at most %d", 1<<20)
 	}
 
+	for kind, weight := range s.Hostile {
+		if _, ok := hostileBodies[kind]; kind != "" && !ok {
+			return bad("hostile", "unknown kind %q (known: %s)", kind, strings.Join(HostileKinds(), ", "))
+		}
+		if weight < 0 {
+			return bad("hostile", "weight of %q must not be negative", kind)
+		}
+	}
 	if len(s.Faults) > 0 {
 		faults := make(map[string]float64, len(s.Faults))
 		for key, weight := range s.Faults {

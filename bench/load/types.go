@@ -62,6 +62,11 @@ type Scenario struct {
 	// Faults weights extra directives ([[sim:fault=reset]], [[sim:status=503]],
 	// ...) mixed into requests; the empty directive "" is a healthy request.
 	Faults map[string]float64 `yaml:"faults"`
+	// Hostile weights hostile requests mixed into the traffic by kind
+	// (HostileKinds); "" is an ordinary request. Hostile requests are sent
+	// and counted apart (Result.Hostile), never in the latency figures, so
+	// the report shows what ordinary traffic saw beside them.
+	Hostile map[string]float64 `yaml:"hostile"`
 
 	Mode        Mode    `yaml:"mode"`
 	Rate        float64 `yaml:"rate"`        // requests per second (open loop)
@@ -119,6 +124,11 @@ type Result struct {
 	BaseURL  string        `json:"base_url"`
 	Started  time.Time     `json:"started"`
 	Elapsed  time.Duration `json:"elapsed_ns"`
+
+	// Hostile counts the measured hostile requests, apart from Requests,
+	// and HostileByStatus their answers.
+	Hostile         int64         `json:"hostile,omitempty"`
+	HostileByStatus map[int]int64 `json:"hostile_by_status,omitempty"`
 
 	Requests  int64            `json:"requests"`
 	Completed int64            `json:"completed"` // 2xx and, for streams, a complete stream

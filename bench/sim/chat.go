@@ -196,7 +196,11 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 		d, _ = parseDirectives("")
 	}
 	seed := hashBytes(body) ^ s.cfg.Seed
-	prompt := tokens.CountChat(msgs, tools)
+	prompt := tokens.CountChatLimit(msgs, tools, maxPromptTokens)
+	if prompt > maxPromptTokens {
+		contextTooLong(ctx, prompt)
+		return
+	}
 
 	r := &reply{
 		id:           "chatcmpl-sim-" + hex16(seed),

@@ -22,9 +22,10 @@ const (
 	faultContentFilter
 )
 
-// Bounds on directive values, so that one request cannot exhaust memory.
+// Bounds on directive values, so that one request cannot exhaust memory:
+// a reply of maxTokens tokens holds a few MiB.
 const (
-	maxTokens   = 1 << 20
+	maxTokens   = 1 << 17
 	maxDelayMS  = 10 * 60 * 1000
 	maxToolCall = 16
 )

@@ -12,8 +12,20 @@ import (
 	"github.com/edgegw/gateway/codec"
 )
 
-// maxSchemaDepth bounds recursion through nested and $ref'd schemas.
-const maxSchemaDepth = 24
+// Bounds on what one schema can make the simulator do, whatever it asks
+// for: recursion through nested and $ref'd schemas, the length of one
+// string, the bytes of one instance (past it every further value is null,
+// so an instance stays within maxSchemaOutput plus one const or enum value
+// copied from the schema) and the work spent walking the schema (steps
+// counted per schema visited and per keyword or name copied; past the
+// budget every further value is null).
+const (
+	maxSchemaDepth  = 24
+	maxSchemaString = 4096
+	maxSchemaOutput = 64 << 10
+	maxSchemaSteps  = 1 << 20
+	maxSchemaItems  = 64
+)
 
 // decodeSchema decodes a raw JSON Schema; an empty one is the schema {}.
 func decodeSchema(raw []byte) (any, error) {
@@ -29,7 +41,26 @@ func decodeSchema(raw []byte) (any, error) {
 
 // schemaGen writes JSON instances of one schema.
 type schemaGen struct {
-	root any
+	root  any
+	steps int // work spent so far, against maxSchemaSteps
+}
+
+// spend counts n steps of work and reports whether the budget still holds.
+func (g *schemaGen) spend(n int) bool {
+	g.steps += n
+	return g.steps <= maxSchemaSteps
+}
+
+// clampCount is a schema's count keyword v as an int from 0 to hi: NaN,
+// negative and fractional values round toward 0, huge ones to hi.
+func clampCount(v float64, hi int) int {
+	switch {
+	case !(v > 0):
+		return 0
+	case v >= float64(hi):
+		return hi
+	}
+	return int(v)
 }
 
 // appendValid appends a minimal instance valid for the schema: an object
@@ -58,7 +89,7 @@ func (g *schemaGen) appendInvalid(dst []byte) []byte {
 	}
 	if schemaType(s) == "object" {
 		props, _ := s["properties"].(map[string]any)
-		if req := requiredNames(s); len(req) > 0 {
+		if req := g.requiredNames(s); len(req) > 0 {
 			dst = append(dst, '{')
 			for i, name := range req[1:] {
 				if i > 0 {
@@ -140,7 +171,13 @@ func wrongType(dst []byte, types map[string]bool) []byte {
 
 // resolve follows $ref, and merges allOf, until s is a plain schema.
 func (g *schemaGen) resolve(s any, depth int) any {
+	if depth > maxSchemaDepth {
+		return nil
+	}
 	for range maxSchemaDepth {
+		if !g.spend(1) {
+			return nil
+		}
 		m, ok := s.(map[string]any)
 		if !ok {
 			return s
@@ -193,11 +230,14 @@ func (g *schemaGen) mergeAll(m map[string]any, all []any, depth int) map[string]
 	props := map[string]any{}
 	var req []any
 	add := func(s map[string]any) {
+		if !g.spend(len(s)) {
+			return
+		}
 		for k, v := range s {
 			switch k {
 			case "allOf":
 			case "properties":
-				if p, ok := v.(map[string]any); ok {
+				if p, ok := v.(map[string]any); ok && g.spend(len(p)) {
 					for name, ps := range p {
 						if _, dup := props[name]; !dup {
 							props[name] = ps
@@ -205,7 +245,7 @@ func (g *schemaGen) mergeAll(m map[string]any, all []any, depth int) map[string]
 					}
 				}
 			case "required":
-				if r, ok := v.([]any); ok {
+				if r, ok := v.([]any); ok && g.spend(len(r)) {
 					req = append(req, r...)
 				}
 			default:
@@ -241,7 +281,7 @@ func (g *schemaGen) mergeAll(m map[string]any, all []any, depth int) map[string]
 // value appends a valid instance of s. variant tells items of one array
 // apart, so that uniqueItems holds.
 func (g *schemaGen) value(dst []byte, s any, depth, variant int) []byte {
-	if depth > maxSchemaDepth {
+	if depth > maxSchemaDepth || len(dst) > maxSchemaOutput || !g.spend(1) {
 		return append(dst, "null"...)
 	}
 	m, ok := g.resolve(s, depth).(map[string]any)
@@ -265,7 +305,7 @@ func (g *schemaGen) value(dst []byte, s any, depth, variant int) []byte {
 	case "array":
 		return g.array(dst, m, depth)
 	case "integer":
-		return strconv.AppendInt(dst, int64(number(m, float64(variant), true)), 10)
+		return strconv.AppendFloat(dst, number(m, float64(variant), true), 'f', 0, 64)
 	case "number":
 		return strconv.AppendFloat(dst, number(m, float64(variant), false), 'g', -1, 64)
 	case "boolean":
@@ -280,7 +320,7 @@ func (g *schemaGen) value(dst []byte, s any, depth, variant int) []byte {
 func (g *schemaGen) object(dst []byte, m map[string]any, depth int) []byte {
 	props, _ := m["properties"].(map[string]any)
 	dst = append(dst, '{')
-	for i, name := range requiredNames(m) {
+	for i, name := range g.requiredNames(m) {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
@@ -306,14 +346,14 @@ func propSchema(m, props map[string]any, name string) any {
 func (g *schemaGen) array(dst []byte, m map[string]any, depth int) []byte {
 	n := 1
 	if v, ok := m["minItems"].(float64); ok {
-		n = max(n, int(v))
+		n = max(n, clampCount(v, maxSchemaItems))
 	}
 	if v, ok := m["maxItems"].(float64); ok {
-		n = min(n, int(v))
+		n = min(n, clampCount(v, maxSchemaItems))
 	}
 	prefix, _ := m["prefixItems"].([]any)
 	n = max(n, len(prefix))
-	n = min(n, 64)
+	n = min(n, maxSchemaItems)
 	dst = append(dst, '[')
 	for i := range n {
 		if i > 0 {
@@ -359,12 +399,20 @@ func schemaType(m map[string]any) string {
 	return ""
 }
 
-func requiredNames(m map[string]any) []string {
+// requiredNames lists the required property names once each, in order.
+func (g *schemaGen) requiredNames(m map[string]any) []string {
 	r, _ := m["required"].([]any)
+	if !g.spend(len(r)) {
+		return nil
+	}
 	names := make([]string, 0, len(r))
+	seen := make(map[string]struct{}, len(r))
 	for _, v := range r {
-		if s, ok := v.(string); ok && !slices.Contains(names, s) {
-			names = append(names, s)
+		if s, ok := v.(string); ok {
+			if _, dup := seen[s]; !dup {
+				seen[s] = struct{}{}
+				names = append(names, s)
+			}
 		}
 	}
 	return names
@@ -409,6 +457,9 @@ func number(m map[string]any, v float64, integer bool) float64 {
 			v -= mo
 		}
 	}
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0 // bounds no float can meet: the instance is wrong, not huge
+	}
 	return v
 }
 
@@ -432,11 +483,11 @@ func str(m map[string]any, variant int) string {
 	if variant > 0 {
 		s += strconv.Itoa(variant)
 	}
-	if v, ok := m["minLength"].(float64); ok && len(s) < int(v) {
-		s += strings.Repeat("x", int(v)-len(s))
+	if v, ok := m["minLength"].(float64); ok && len(s) < clampCount(v, maxSchemaString) {
+		s += strings.Repeat("x", clampCount(v, maxSchemaString)-len(s))
 	}
-	if v, ok := m["maxLength"].(float64); ok && len(s) > int(v) {
-		s = s[:max(int(v), 0)]
+	if v, ok := m["maxLength"].(float64); ok && len(s) > clampCount(v, maxSchemaString) {
+		s = s[:clampCount(v, maxSchemaString)]
 	}
 	return s
 }

@@ -365,3 +365,18 @@ type fasthttpLogger struct{ log *slog.Logger }
 func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug(fmt.Sprintf(format, args...))
 }
+
+// maxPromptTokens is the simulator's own context window: the largest any
+// tier advertises. Its count stops there, so a prompt of any size costs at
+// most this many tokens' worth of counting, and a longer prompt is refused
+// the way a provider refuses it.
+const maxPromptTokens = 262144
+
+// contextTooLong answers a prompt over maxPromptTokens; counted is where
+// the count stopped, some number above the window.
+func contextTooLong(ctx *fasthttp.RequestCtx, counted int) {
+	msg := "This model's maximum context length is " + strconv.Itoa(maxPromptTokens) +
+		" tokens. However, your messages resulted in more than " + strconv.Itoa(counted-1) +
+		" tokens. Please reduce the length of the messages."
+	writeError(ctx, fasthttp.StatusBadRequest, msg, "invalid_request_error", "messages", "context_length_exceeded")
+}

@@ -61,6 +61,10 @@ type serveConfig struct {
 	// Ledger configures the request log's writer and spool.
 	Ledger storage.LedgerConfig
 
+	// UpstreamMaxResponse and UpstreamMaxEvent cap what an upstream sends
+	// back: a non-streaming body and one SSE event, bytes.
+	UpstreamMaxResponse, UpstreamMaxEvent int
+
 	dbConns *int
 }
 
@@ -79,6 +83,10 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.Keys.MaxKeys, "key-cache-size", 100_000, "key records held in the cache")
 	fs.DurationVar(&c.Keys.TTL, "key-cache-ttl", 5*time.Minute, "longest a cached key record is trusted without a refetch")
 	fs.IntVar(&c.MaxBodySize, "max-body-size", 8<<20, "largest request body accepted, bytes")
+	fs.IntVar(&c.UpstreamMaxResponse, "upstream-max-response-bytes", proxy.DefaultMaxResponseBytes, "largest non-streaming upstream response body accepted, bytes")
+	fs.IntVar(&c.UpstreamMaxEvent, "upstream-max-event-bytes", proxy.DefaultMaxEventBytes, "largest single upstream SSE event accepted, bytes")
+	fs.Int64Var(&c.Keys.NegativeKeys, "key-negative-cache-size", 10_000, "unknown key hashes remembered, so a repeated forged key costs no database lookup")
+	fs.DurationVar(&c.Keys.NegativeTTL, "key-negative-cache-ttl", 30*time.Second, "how long an unknown key hash is remembered")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", 16<<10, "largest request header block accepted (the fields after the request line), bytes; larger is 431")
 	fs.IntVar(&c.MaxURIBytes, "max-uri-bytes", 8<<10, "longest request target accepted, bytes; longer is 414")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", 30*time.Second, "time allowed to read a request, from its first byte to its last (and a new connection's first byte); past it the request is 408")
@@ -138,6 +146,15 @@ func (c *serveConfig) validate() error {
 	}
 	if c.MaxURIBytes != 0 && c.MaxURIBytes < 256 {
 		return errors.New("max-uri-bytes: must be at least 256")
+	}
+	if c.UpstreamMaxResponse == 0 {
+		c.UpstreamMaxResponse = proxy.DefaultMaxResponseBytes
+	}
+	if c.UpstreamMaxEvent == 0 {
+		c.UpstreamMaxEvent = proxy.DefaultMaxEventBytes
+	}
+	if c.UpstreamMaxResponse < 4096 || c.UpstreamMaxEvent < 4096 {
+		return errors.New("upstream-max-response-bytes and upstream-max-event-bytes: must be at least 4096")
 	}
 	for name, d := range map[string]time.Duration{"read-timeout": c.ReadTimeout, "idle-timeout": c.IdleTimeout,
 		"shutdown-timeout": c.ShutdownTimeout} {

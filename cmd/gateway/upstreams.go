@@ -24,7 +24,7 @@ func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.U
 		b := st.Bindings[t.Name]
 		uc := proxy.UpstreamConfig{
 			Model: b.UpstreamModel, SystemPrompt: b.SystemPrompt, Reasons: b.Reasons,
-			StreamIdle: b.StreamIdleTimeout,
+			StreamIdle: b.StreamIdleTimeout, MaxResponseBytes: a.cfg.UpstreamMaxResponse, MaxEventBytes: a.cfg.UpstreamMaxEvent,
 		}
 		switch {
 		case b.Retries == nil: // the upstream default

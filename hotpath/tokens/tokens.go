@@ -37,6 +37,7 @@ package tokens
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -92,28 +93,162 @@ func encoder() *tiktoken.Tiktoken {
 	return enc
 }
 
-// Count returns the number of tokens in text. Special-token markers in text
-// are counted as the ordinary text they are.
-func Count(text string) int {
+// MaxRun is the longest stretch of text the encoder is given at once
+// without a place where the pre-tokenizer splits anyway: the spec bounds
+// an unbroken run at 1024 bytes for token counting, and every count here
+// uses the same bound. Byte-pair encoding is quadratic in the length of one
+// pre-tokenized piece, so an unbroken run is cut every MaxRun bytes and each
+// part counted on its own; ordinary text, whose words are far shorter, is
+// counted exactly.
+const MaxRun = 1024
+
+// maxSegment is how much text one encoder call is given: text is cut at
+// the last place the pre-tokenizer splits anyway before this many bytes.
+const maxSegment = 4 * MaxRun
+
+// cutAt returns the length of the first segment of text: at most maxSegment
+// bytes, ending where the encoder's pre-tokenizer would split anyway (before
+// a space that opens a word, or after a newline), or, when text holds no
+// such place for MaxRun bytes, after MaxRun bytes on a UTF-8 boundary. It is
+// linear in the segment's length.
+func cutAt(text string) int {
+	last := 0 // the last exact cut found, 0 for none
+	for i := 1; i < len(text); i++ {
+		if isCut(text, i) {
+			last = i
+		}
+		if i >= maxSegment && last > 0 {
+			return last
+		}
+		if i-last >= MaxRun {
+			if last > 0 {
+				return last
+			}
+			j := i
+			for j > 0 && !utf8.RuneStart(text[j]) {
+				j--
+			}
+			if j == 0 {
+				j = i
+			}
+			return j
+		}
+	}
+	return len(text)
+}
+
+// isCut reports whether i (0 < i < len(text)) is a place where the
+// encoder's pre-tokenizer always splits: before a space that opens a word,
+// or after a newline before a word.
+func isCut(text string, i int) bool {
+	c, prev := text[i], text[i-1]
+	return !isSpace(c) && prev == '\n' || c == ' ' && !isSpace(prev) && i+1 < len(text) && !isSpace(text[i+1])
+}
+
+// minTokens is a lower bound on the tokens of text, found without the
+// encoder: the pre-tokenizer splits at every isCut place and each piece is at
+// least one token. It reads each byte once and allocates nothing.
+func minTokens(text string) int {
 	if text == "" {
 		return 0
 	}
-	return len(encoder().EncodeOrdinary(text))
+	n := 1
+	for i := 1; i < len(text); i++ {
+		if isCut(text, i) {
+			n++
+		}
+	}
+	return n
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v'
+}
+
+// countText adds the tokens of text to n, segment by segment, and stops as
+// soon as the sum passes limit.
+func countText(e *tiktoken.Tiktoken, n int, text string, limit int) int {
+	for len(text) > 0 && n <= limit {
+		k := cutAt(text)
+		n += len(e.EncodeOrdinary(text[:k]))
+		text = text[k:]
+	}
+	return n
+}
+
+// Count returns the number of tokens in text. Special-token markers in text
+// are counted as the ordinary text they are; runs longer than MaxRun are
+// counted in parts.
+func Count(text string) int {
+	return CountLimit(text, math.MaxInt)
+}
+
+// CountLimit is Count that stops once the count passes limit: the result
+// is then some number above limit. Its work is linear in the text it reads,
+// and it reads little more than limit tokens' worth.
+func CountLimit(text string, limit int) int {
+	if text == "" {
+		return 0
+	}
+	if limit < math.MaxInt {
+		if lower := minTokens(text); lower > limit {
+			return lower
+		}
+	}
+	return countText(encoder(), 0, text, limit)
 }
 
 // CountChat returns the prompt tokens of msgs and tools under the chat
 // template of the package comment, scaffolding and reply primer included.
 func CountChat(msgs []Message, tools []Tool) int {
+	return CountChatLimit(msgs, tools, math.MaxInt)
+}
+
+// CountChatLimit is CountChat that stops once the count passes limit, the
+// way a context-window check needs it: the result is then some number above
+// limit. The work is linear in the prompt and stops with the count.
+func CountChatLimit(msgs []Message, tools []Tool, limit int) int {
+	if limit < math.MaxInt {
+		// A prompt whose words alone outnumber the limit is over it
+		// without encoding anything.
+		lower := primer
+		for i := range msgs {
+			lower += perMessage + minTokens(msgs[i].Content)
+		}
+		if lower > limit {
+			return lower
+		}
+	}
 	e := encoder()
 	n := primer
 	var buf []byte
 	if len(tools) > 0 {
 		buf = appendTools(buf[:0], tools)
-		n += perMessage + len(e.EncodeOrdinary(string(buf)))
+		n = countText(e, n+perMessage, string(buf), limit)
 	}
 	for i := range msgs {
-		buf = appendMessage(buf[:0], &msgs[i])
-		n += perMessage + len(e.EncodeOrdinary(string(buf)))
+		if n > limit {
+			return n
+		}
+		m := &msgs[i]
+		if len(m.Content) <= maxSegment {
+			buf = appendMessage(buf[:0], m)
+			n = countText(e, n+perMessage, string(buf), limit)
+			continue
+		}
+		// A long content is counted where it lies, not copied: the role
+		// line with the content's first segment, then the rest from the
+		// cut, which is a place where the counting would cut anyway.
+		k := cutAt(m.Content)
+		head := *m
+		head.Content, head.ToolCalls = m.Content[:k], nil
+		buf = appendMessage(buf[:0], &head)
+		n = countText(e, n+perMessage, string(buf), limit)
+		n = countText(e, n, m.Content[k:], limit)
+		if len(m.ToolCalls) > 0 && n <= limit {
+			buf = appendMessage(buf[:0], &Message{ToolCalls: m.ToolCalls, Content: "x"})
+			n = countText(e, n, string(buf[2:]), limit) // the calls after the content, without "\nx"
+		}
 	}
 	return n
 }
@@ -185,24 +320,29 @@ func Split(text string) []string {
 	}
 	text = strings.ToValidUTF8(text, "\uFFFD")
 	e := encoder()
-	ids := e.EncodeOrdinary(text)
-	pieces := make([]string, 0, len(ids))
-	start, end := 0, 0
+	var pieces []string
 	one := make([]int, 1)
-	for _, id := range ids {
-		one[0] = id
-		end += len(e.Decode(one))
-		if end > len(text) {
-			end = len(text)
+	for len(text) > 0 {
+		k := cutAt(text)
+		seg := text[:k]
+		text = text[k:]
+		ids := e.EncodeOrdinary(seg)
+		start, end := 0, 0
+		for _, id := range ids {
+			one[0] = id
+			end += len(e.Decode(one))
+			if end > len(seg) {
+				end = len(seg)
+			}
+			if end < len(seg) && !utf8.RuneStart(seg[end]) {
+				continue // the next token completes this character
+			}
+			pieces = append(pieces, seg[start:end])
+			start = end
 		}
-		if end < len(text) && !utf8.RuneStart(text[end]) {
-			continue // the next token completes this character
+		if start < len(seg) {
+			pieces = append(pieces, seg[start:])
 		}
-		pieces = append(pieces, text[start:end])
-		start = end
-	}
-	if start < len(text) {
-		pieces = append(pieces, text[start:])
 	}
 	return pieces
 }
