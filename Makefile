@@ -62,9 +62,15 @@ services: ## Start PostgreSQL and Redis under .data (idempotent)
 services-stop: ## Stop the PostgreSQL and Redis servers under .data
 	$(DEVSTACK) down
 
+# The packages whose goroutines share connections, streams and counters:
+# make test runs them again under the race detector.
+RACE_PKGS := ./proxy ./hotpath/... ./storage ./cmd/gateway
+
 .PHONY: test
-test: services ## Start the services, then run every test once
+test: services ## Start the services, vet, run every test once, then the concurrent packages under the race detector
+	$(GO) vet ./...
 	$(with_services) $(GO) test -count=1 ./...
+	$(with_services) $(GO) test -race -count=1 $(RACE_PKGS)
 
 .PHONY: bench
 bench: build ## Hot-path micro-benchmarks, then a short gateway-vs-direct comparison and the failover scorecard (reports in bench/results/)

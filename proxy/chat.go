@@ -720,13 +720,13 @@ func (t *turn) exchange(client *fasthttp.HostClient, req *fasthttp.Request, resp
 // retryAfter is cerr with the Retry-After a 503 carries: the upstream's
 // own or the breaker's remaining cooldown, whichever is longer.
 func (t *turn) retryAfter(cerr *codec.Error, upstream time.Duration) *codec.Error {
-	switch cerr.Code {
-	case codec.CodeModelUnavailable:
+	switch cerr {
+	case errModelUnavailable:
 		return unavailableFor(max(upstream, t.up.Breaker.RetryAfter()))
-	case codec.CodeUpstreamOverloaded:
+	case errOverloaded:
 		return overloadedFor(max(upstream, t.up.Breaker.RetryAfter()))
 	}
-	return cerr
+	return cerr // a 503 of its own (an oversized answer) carries its own
 }
 
 // complete serves a non-streaming request: one upstream exchange (with

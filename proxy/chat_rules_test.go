@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/tokens"
 )
 
 // fakeUpstream is a programmable upstream that counts what it is asked.
@@ -155,9 +156,15 @@ func TestUsageCountedLocallyWhenUpstreamOmitsIt(t *testing.T) {
 	r := f.post(t, "/api/v1/chat", `{"model":"mira","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, 200, r.status)
 	usage := usageFrame(t, r.body)
-	require.Greater(t, usage["prompt_tokens"], 0.0)
-	require.Greater(t, usage["completion_tokens"], 0.0, "what was delivered is billed")
-	require.Greater(t, usage["cost"].(map[string]any)["amount"], 0.0)
+	// The counts are deterministic: the prompt "hi" in mira's chat template
+	// is 9 tokens, and what was delivered — `Hel"lo` and ` wörld` — is
+	// counted as one text, `Hel"lo wörld`: 6.
+	require.Equal(t, 9.0, usage["prompt_tokens"])
+	require.Equal(t, 6.0, usage["completion_tokens"], "what was delivered is billed")
+	require.Equal(t, float64(tokens.Count(`Hel"lo wörld`)), usage["completion_tokens"])
+	require.Equal(t, 15.0, usage["total_tokens"])
+	// mira: $0.20 and $0.40 per million input and output tokens.
+	require.Equal(t, 0.0000042, usage["cost"].(map[string]any)["amount"])
 	require.Equal(t, 1.0, metricValue(t, f, "gateway_chat_usage_estimated_total"))
 }
 

@@ -14,8 +14,9 @@ const (
 
 // errUpstreamTooLarge answers an upstream response over a size cap: an
 // upstream failure, like a body that is not JSON.
-var errUpstreamTooLarge = codec.NewError(codec.CodeUpstreamOverloaded,
-	"The model sent a response larger than the gateway accepts.")
+var errUpstreamTooLarge = &codec.Error{Code: codec.CodeUpstreamOverloaded,
+	Message: "The model sent a response larger than the gateway accepts.",
+	Detail:  codec.Detail{RetryAfter: defaultRetryAfter}}
 
 // upstreamOversize counts and logs (never the content) an upstream
 // response over its cap; what is "body" or "event".
