@@ -182,7 +182,8 @@ func (m *procMeter) end() {
 }
 
 // cpuWindow is one measured window's readings of a runner's processes:
-// the first at the window's start, the last at its end.
+// the first at the window's start, after any warm-up, the last once the
+// window's requests have ended.
 type cpuWindow struct {
 	meters []*procMeter
 	timer  *time.Timer   // the start reading, when it is due later
@@ -212,10 +213,9 @@ func (r *runner) beginCPU(from time.Time) *cpuWindow {
 	return w
 }
 
-// end takes the end reading at to (waiting for it when it is still
-// ahead), unless the window never began: the phase stopped during its
-// warm-up.
-func (w *cpuWindow) end(to time.Time) {
+// end takes the end reading, unless the window never began: the phase
+// stopped during its warm-up.
+func (w *cpuWindow) end() {
 	if w == nil {
 		return
 	}
@@ -224,9 +224,6 @@ func (w *cpuWindow) end(to time.Time) {
 			return // the start reading was never taken
 		}
 		<-w.began
-		if d := time.Until(to); d > 0 {
-			time.Sleep(d)
-		}
 		for _, m := range w.meters {
 			m.end()
 		}

@@ -296,14 +296,6 @@ func (r *runner) phase(ctx context.Context, res *Result, pr *progress, warmup, w
 		r.closedLoop(ctx, ph)
 	}
 	stoppedAt := time.Now()
-	// CPU is read at the window's end: when sending stopped early (the
-	// request cap, ctx), then; else at the window's planned end, which an
-	// open loop's last gap may not have reached.
-	if ph.reason.Load() == stopWindow {
-		cpu.end(ph.end)
-	} else {
-		cpu.end(stoppedAt)
-	}
 	res.Connections += r.conns.opened.Load() - opened
 
 	wait := r.sc.Timeout
@@ -321,6 +313,12 @@ func (r *runner) phase(ctx context.Context, res *Result, pr *progress, warmup, w
 	} else {
 		ph.rec.finalize()
 	}
+	// The CPU window ends with the window's last request, so that it
+	// holds all the work of the requests the result counts: a stream sent
+	// in the window's last second is counted, and so is what it costs
+	// after the window. (A comparison's rounds start with nothing in
+	// flight, so their windows hold no other request's work.)
+	cpu.end()
 	pr.show(nil)
 
 	before := res.Completed

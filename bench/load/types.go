@@ -119,7 +119,8 @@ type Target struct {
 	// and is the target's own process when Procs is empty.
 	PID int
 	// Procs are the processes whose CPU time over the target's measured
-	// window, and resident memory at its end, the target's result reports
+	// window (until its last request ended), and resident memory at its
+	// end, the target's result reports
 	// (Result.CPU): its own process, and those it drives (its upstream,
 	// its database), measured over the same window. Each counts with its
 	// descendants. Empty: PID alone, when set, as the target's own.
@@ -156,8 +157,10 @@ type ProcCost struct {
 	Name string `json:"name"`
 	PID  int    `json:"pid"`
 	Own  bool   `json:"own"`
-	// CPU is user plus system time over the measured window (every round
-	// of a comparison), from /proc/PID/stat, in clock ticks of 10 ms.
+	// CPU is user plus system time, from /proc/PID/stat in clock ticks
+	// of 10 ms, from the start of the measured window (of every round of
+	// a comparison) to the end of its last request: the work of the
+	// requests the result counts, the warm-up's left out.
 	CPU time.Duration `json:"cpu_ns"`
 	// PerKRequests is CPU seconds per 1,000 completed requests, and
 	// PerKFrames per 1,000 stream frames the client received (0 without

@@ -470,7 +470,8 @@ func cpuRows(d *document) [][]string {
 }
 
 // cpuNote explains the CPU table.
-const cpuNote = "cpu: user+system time over the measured window (every round), from /proc/PID/stat in 10 ms ticks, " +
+const cpuNote = "cpu: user+system time from the start of the measured window (every round) to its last request's end, " +
+	"from /proc/PID/stat in 10 ms ticks, " +
 	"each process with its descendants; * the target's own process; per 1k req: per 1,000 completed requests, " +
 	"per 1k frames: per 1,000 stream frames received; rss: resident memory at the end of the target's last round"
 
