@@ -87,7 +87,7 @@ func TestInmemoryDial(t *testing.T) {
 	sc := quick(t, Scenario{Wires: map[Wire]float64{WireUpstream: 1}, Stream: true})
 	r := inmemory(t, sc, streamHandler)
 	c := newCall()
-	c.do(r.client, &r.variants[0], nil, time.Second, time.Now())
+	c.do(r.client, &r.variants[0], authHeader{}, time.Second, time.Now())
 	require.True(t, c.out.completed, c.out.code)
 	require.EqualValues(t, 5, c.out.frames)
 	require.Len(t, c.out.gaps, 4)

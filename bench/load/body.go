@@ -62,12 +62,15 @@ type variant struct {
 	weight  float64         // cumulative, over the run's variants
 }
 
-// target is a parsed base URL.
+// target is a parsed base URL, with what a target or its scenario
+// overrides of the requests sent to it.
 type target struct {
 	addr   string // host:port
 	tls    bool
 	prefix string // path prefix, without a trailing slash
 	origin string // scheme://host[:port]
+	model  string // Target.Model or Scenario.Model; empty: the wire's default
+	path   string // Target.Path or Scenario.Path; empty: the wire's route
 }
 
 func parseTarget(base string) (target, error) {
@@ -132,13 +135,17 @@ func buildVariants(sc *Scenario, tg target, wire Wire) ([]variant, error) {
 					if weight <= 0 {
 						continue
 					}
+					path := w.Path()
+					if tg.path != "" {
+						path = tg.path
+					}
 					v := variant{
 						wire:    w,
 						tier:    tier,
 						fault:   fault,
 						hostile: kind,
-						uri:     tg.origin + tg.prefix + w.Path(),
-						body:    appendBody(nil, sc, w, tier, fault, padding),
+						uri:     tg.origin + tg.prefix + path,
+						body:    appendBody(nil, sc, w, modelName(tg.model, w, tier), fault, padding),
 						stream:  sc.Stream,
 						check:   checkerWire(sc, w),
 						weight:  weight,
@@ -196,16 +203,28 @@ func checkerWire(sc *Scenario, w Wire) frameorder.Wire {
 	return 0
 }
 
+// TierPlaceholder, in a model name given to a target or a scenario, stands
+// for the request's tier.
+const TierPlaceholder = "{tier}"
+
+// modelName is the model a request of tier on wire w names: model, with
+// TierPlaceholder replaced by the tier, when given; else the tier on the
+// gateway's wires and sim-TIER on the upstream wire (the simulator answers
+// any model, and the name keeps tiers apart in its logs).
+func modelName(model string, w Wire, tier string) string {
+	switch {
+	case model != "":
+		return strings.ReplaceAll(model, TierPlaceholder, tier)
+	case w == WireUpstream:
+		return "sim-" + tier
+	}
+	return tier
+}
+
 // appendBody appends the JSON body of one request shape: one user message
 // of padding words and simulator directives, the tool when the scenario
-// calls tools, and the stream switches. On the upstream wire the model is
-// sim-TIER: the simulator answers any model, and the name keeps tiers
-// apart in its logs.
-func appendBody(dst []byte, sc *Scenario, w Wire, tier, fault string, padding []byte) []byte {
-	model := tier
-	if w == WireUpstream {
-		model = "sim-" + tier
-	}
+// calls tools, and the stream switches.
+func appendBody(dst []byte, sc *Scenario, w Wire, model, fault string, padding []byte) []byte {
 	var content []byte
 	content = append(content, padding...)
 	directive := func(name string, n int) {

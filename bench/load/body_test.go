@@ -123,3 +123,62 @@ func TestParseTarget(t *testing.T) {
 	require.True(t, tg.tls)
 	require.Equal(t, "localhost:443", tg.addr)
 }
+
+// A target's model, path and header replace the wire's and the
+// scenario's, for a gateway that names and routes them its own way.
+func TestTargetOverrides(t *testing.T) {
+	sc := &Scenario{
+		Tiers: map[string]float64{"kavi": 1, "mira": 1},
+		Model: "scenario-{tier}", Path: "/scenario/chat", AuthHeader: "x-scenario: s1",
+	}
+	require.NoError(t, sc.Validate())
+	tg, err := parseTarget("http://127.0.0.1:1/openai")
+	require.NoError(t, err)
+	tg.model, tg.path = "openai/sim-{tier}", "/chat/completions"
+	vs, err := buildVariants(sc, tg, WireUpstream)
+	require.NoError(t, err)
+	require.Len(t, vs, 2)
+	for _, v := range vs {
+		require.Equal(t, "http://127.0.0.1:1/openai/chat/completions", v.uri)
+		var body struct{ Model string }
+		require.NoError(t, json.Unmarshal(v.body, &body))
+		require.Equal(t, "openai/sim-"+v.tier, body.Model)
+	}
+
+	for _, tc := range []struct {
+		name       string
+		t          Target
+		wantURI    string
+		wantModel  string
+		wantHeader [2]string
+	}{
+		{"the scenario's", Target{Name: "a", BaseURL: "http://127.0.0.1:1"},
+			"http://127.0.0.1:1/scenario/chat", "scenario-kavi", [2]string{"x-scenario", "s1"}},
+		{"a key beats the scenario's header", Target{Name: "b", BaseURL: "http://127.0.0.1:1", Key: "k2"},
+			"http://127.0.0.1:1/scenario/chat", "scenario-kavi", [2]string{"Authorization", "Bearer k2"}},
+		{"the target's own", Target{Name: "c", BaseURL: "http://127.0.0.1:1/v", Key: "k2",
+			Model: "fixed", Path: "/x", AuthHeader: "Authorization:  Bearer k3 "},
+			"http://127.0.0.1:1/v/x", "fixed", [2]string{"Authorization", "Bearer k3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := newRunner(t.Context(), sc, tc.t, Options{})
+			require.NoError(t, err)
+			defer r.close()
+			require.Equal(t, tc.wantURI, r.variants[0].uri)
+			require.Equal(t, "kavi", r.variants[0].tier)
+			var body struct{ Model string }
+			require.NoError(t, json.Unmarshal(r.variants[0].body, &body))
+			require.Equal(t, tc.wantModel, body.Model)
+			require.Equal(t, tc.wantHeader, [2]string{string(r.auth.name), string(r.auth.value)})
+		})
+	}
+
+	for _, bad := range []Target{
+		{Name: "p", BaseURL: "http://127.0.0.1:1", Path: "x"},
+		{Name: "h", BaseURL: "http://127.0.0.1:1", AuthHeader: "k1"},
+		{Name: "m", BaseURL: "http://127.0.0.1:1", Model: "a\rb"},
+	} {
+		_, err := newRunner(t.Context(), sc, bad, Options{})
+		require.ErrorContains(t, err, "cannot run target "+bad.Name)
+	}
+}

@@ -61,6 +61,9 @@ func (c *call) reset() {
 	c.out = outcome{gaps: gaps, ttfb: -1, ttft: -1}
 }
 
+// authHeader is the header that authenticates a run's requests.
+type authHeader struct{ name, value []byte }
+
 var (
 	strAuthorization = []byte("Authorization")
 	strAccept        = []byte("Accept")
@@ -74,15 +77,15 @@ var (
 // do sends one request of shape v and reads its answer to the end, filling
 // c.out. Times are measured from start: the intended send time in an open
 // loop, the actual one in a closed loop.
-func (c *call) do(cl *fasthttp.HostClient, v *variant, auth []byte, timeout time.Duration, start time.Time) {
+func (c *call) do(cl *fasthttp.HostClient, v *variant, auth authHeader, timeout time.Duration, start time.Time) {
 	c.reset()
 	o := &c.out
 	req, resp := &c.req, &c.resp
 	req.SetRequestURI(v.uri)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
-	if len(auth) > 0 {
-		req.Header.SetBytesKV(strAuthorization, auth)
+	if len(auth.name) > 0 {
+		req.Header.SetBytesKV(auth.name, auth.value)
 	}
 	if v.stream {
 		req.Header.SetBytesKV(strAccept, strEventStream)

@@ -3,9 +3,11 @@ package load
 import (
 	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/bytedance/sonic"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 )
@@ -164,4 +166,43 @@ func TestConnectionsOpenedAreCounted(t *testing.T) {
 	res, err = Run(context.Background(), sc, Target{Name: "closed", BaseURL: serve(t, closing)}, Options{})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, res.Connections, res.Completed-2, "a connection per request")
+}
+
+// A comparison drives a target that names, routes and authenticates
+// requests its own way with exactly what it was told: the server records
+// what arrived.
+func TestCompareCustomTarget(t *testing.T) {
+	type arrival struct{ path, apiKey, authorization, model string }
+	var (
+		mu   sync.Mutex
+		seen []arrival
+	)
+	peer := serve(t, func(ctx *fasthttp.RequestCtx) {
+		name := "(none)"
+		if model, err := sonic.Get(ctx.PostBody(), "model"); err == nil {
+			name, _ = model.String()
+		}
+		mu.Lock()
+		seen = append(seen, arrival{string(ctx.Path()), string(ctx.Request.Header.Peek("x-api-key")),
+			string(ctx.Request.Header.Peek("Authorization")), name})
+		mu.Unlock()
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(completion)
+	})
+	sc := quick(t, Scenario{Concurrency: 2, Duration: 400 * time.Millisecond})
+	results, err := Compare(context.Background(), sc, []Target{
+		{Name: "direct", BaseURL: startSim(t), Wire: WireUpstream},
+		{Name: "peer", BaseURL: peer + "/openai", Wire: WireUpstream,
+			Model: "openai/sim-{tier}", Path: "/chat/completions", AuthHeader: "x-api-key: peer-key"},
+	}, Options{Round: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.Positive(t, results[1].Completed)
+	require.Zero(t, results[1].Errors)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.EqualValues(t, results[1].Requests, len(seen), "every request sent, warm-up none")
+	for _, a := range seen {
+		require.Equal(t, arrival{"/openai/chat/completions", "peer-key", "", "openai/sim-mira"}, a)
+	}
 }

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,6 +100,7 @@ func (r *Result) finish() {
 	if s := r.Elapsed.Seconds(); s > 0 {
 		r.Throughput = float64(r.Completed) / s
 	}
+	r.costs()
 }
 
 // runner runs phases of one scenario against one target, with one client.
@@ -109,7 +111,8 @@ type runner struct {
 	variants []variant
 	client   *fasthttp.HostClient
 	conns    connTracker
-	auth     []byte // Authorization value, or nil
+	auth     authHeader // sent with every request; empty: none
+	meters   []*procMeter
 	seed     uint64
 	maxIn    int // open loop in-flight cap
 
@@ -144,13 +147,37 @@ func newRunner(ctx context.Context, sc *Scenario, t Target, opt Options) (*runne
 	default:
 		return nil, fmt.Errorf("cannot run target %s: unknown wire %q", t.Name, t.Wire)
 	}
+	tg.model, tg.path = cmp.Or(t.Model, c.Model), cmp.Or(t.Path, c.Path)
+	if t.Path != "" {
+		if err := checkPath(t.Path); err != nil {
+			return nil, fmt.Errorf("cannot run target %s: path: %w", t.Name, err)
+		}
+	}
+	if err := checkModel(t.Model); err != nil {
+		return nil, fmt.Errorf("cannot run target %s: model: %w", t.Name, err)
+	}
 	vs, err := buildVariants(&c, tg, t.Wire)
 	if err != nil {
 		return nil, err
 	}
 	r := &runner{sc: &c, t: t, opt: opt, variants: vs, seed: uint64(opt.Seed)}
-	if t.Key != "" {
-		r.auth = []byte("Bearer " + t.Key)
+	switch {
+	case t.AuthHeader != "":
+		name, value, err := ParseHeader(t.AuthHeader)
+		if err != nil {
+			return nil, fmt.Errorf("cannot run target %s: %w", t.Name, err)
+		}
+		r.auth = authHeader{[]byte(name), []byte(value)}
+	case t.Key != "":
+		r.auth = authHeader{strAuthorization, []byte("Bearer " + t.Key)}
+	case c.AuthHeader != "":
+		name, value, _ := ParseHeader(c.AuthHeader) // validated
+		r.auth = authHeader{[]byte(name), []byte(value)}
+	}
+	for _, p := range t.procs() {
+		if p.PID > 0 {
+			r.meters = append(r.meters, &procMeter{proc: p})
+		}
 	}
 	r.maxIn = c.MaxInFlight
 	if r.maxIn == 0 && c.Mode == ModeOpen {
@@ -254,6 +281,10 @@ func (r *runner) phase(ctx context.Context, res *Result, pr *progress, warmup, w
 		maxReq:      maxReq,
 		maxHit:      make(chan struct{}),
 	}
+	var cpu *cpuWindow
+	if window > 0 {
+		cpu = r.beginCPU(ph.measureFrom)
+	}
 	pr.show(ph)
 	n := r.phases.Add(1)
 	// Connections count from the end of the warm-up.
@@ -282,11 +313,20 @@ func (r *runner) phase(ctx context.Context, res *Result, pr *progress, warmup, w
 	} else {
 		ph.rec.finalize()
 	}
+	// The CPU window ends with the window's last request, so that it
+	// holds all the work of the requests the result counts: a stream sent
+	// in the window's last second is counted, and so is what it costs
+	// after the window. (A comparison's rounds start with nothing in
+	// flight, so their windows hold no other request's work.)
+	cpu.end()
 	pr.show(nil)
 
 	before := res.Completed
 	beforeErr := res.Errors
 	ph.rec.mergeInto(res)
+	if cpu != nil {
+		res.CPU = r.procCosts()
+	}
 	r.done.Add(res.Completed - before)
 	r.failed.Add(res.Errors - beforeErr)
 	if reusable {

@@ -142,6 +142,23 @@ func (s *Scenario) Validate() error {
 		return bad("wires", "every weight is zero")
 	}
 
+	if s.Path != "" {
+		if err := checkPath(s.Path); err != nil {
+			return bad("path", "%v", err)
+		}
+		if len(s.Wires) > 1 {
+			return bad("path", "applies to a single wire, not %d", len(s.Wires))
+		}
+	}
+	if s.AuthHeader != "" {
+		if _, _, err := ParseHeader(s.AuthHeader); err != nil {
+			return bad("auth_header", "%v", err)
+		}
+	}
+	if err := checkModel(s.Model); err != nil {
+		return bad("model", "%v", err)
+	}
+
 	if len(s.Tiers) == 0 {
 		s.Tiers = map[string]float64{DefaultTier: 1}
 	}
@@ -310,4 +327,45 @@ func faultMarker(key string) (string, error) {
 		rest = body[end+2:]
 	}
 	return key, nil
+}
+
+// checkPath accepts a route: it starts with '/' and holds no whitespace,
+// query or fragment.
+func checkPath(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return errors.New(`must start with "/"`)
+	}
+	if strings.ContainsAny(p, "?# \t\r\n") {
+		return errors.New("a path only: no query, fragment or whitespace")
+	}
+	return nil
+}
+
+// checkModel accepts a model name without control characters.
+func checkModel(m string) error {
+	for _, r := range m {
+		if r < 0x20 || r == 0x7f {
+			return errors.New("control character in model name")
+		}
+	}
+	return nil
+}
+
+// ParseHeader splits "Name: value" into its name and value, trimmed. The
+// name must be an HTTP token and the value non-empty, on one line.
+func ParseHeader(h string) (name, value string, err error) {
+	name, value, ok := strings.Cut(h, ":")
+	name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+	if !ok || name == "" || value == "" {
+		return "", "", errors.New(`header: want "Name: value"`)
+	}
+	for _, r := range name {
+		if r <= ' ' || r >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
+			return "", "", fmt.Errorf("header name %q is not a token", name)
+		}
+	}
+	if strings.ContainsAny(value, "\r\n") {
+		return "", "", fmt.Errorf("header %s: value spans lines", name)
+	}
+	return name, value, nil
 }

@@ -129,6 +129,13 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"unknown directive", Scenario{Faults: map[string]float64{"explode=1": 1}}, "faults"},
 		{"broken marker", Scenario{Faults: map[string]float64{"[[sim:fault=reset": 1}}, "faults"},
 		{"negative max_in_flight", Scenario{MaxInFlight: -1}, "max_in_flight"},
+		{"relative path", Scenario{Path: "chat/completions"}, "path"},
+		{"path with a query", Scenario{Path: "/chat?x=1"}, "path"},
+		{"path for two wires", Scenario{Path: "/chat", Wires: map[Wire]float64{WireV1: 1, WireV2: 1}}, "path"},
+		{"header without a value", Scenario{AuthHeader: "x-api-key:"}, "auth_header"},
+		{"header without a name", Scenario{AuthHeader: "Bearer k1"}, "auth_header"},
+		{"header name with a space", Scenario{AuthHeader: "api key: k1"}, "auth_header"},
+		{"model with a newline", Scenario{Model: "a\nb"}, "model"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.sc.Name = "x"

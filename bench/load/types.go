@@ -47,6 +47,20 @@ type Scenario struct {
 	// Tiers weights the model named in requests (kavi, vaani, mira, auto).
 	Tiers  map[string]float64 `yaml:"tiers"`
 	Stream bool               `yaml:"stream"`
+
+	// Model, when set, is the model every request names instead of its
+	// tier (or sim-TIER on the upstream wire), for a gateway that names
+	// models its own way: "openai/sim-mira"; "{tier}" in it stands for the
+	// tier: "openai/sim-{tier}". A target's own model overrides it.
+	Model string `yaml:"model"`
+	// Path, when set, is the route every request is posted to, after the
+	// target's base URL path, instead of its wire's: "/chat/completions".
+	// It needs a single wire. A target's own path overrides it.
+	Path string `yaml:"path"`
+	// AuthHeader, when set, is sent with every request to a target that
+	// brings no key or header of its own: "x-api-key: k1",
+	// "Authorization: Bearer k1".
+	AuthHeader string `yaml:"auth_header"`
 	// IncludeUsage asks for the usage frame on the OpenAI wires.
 	IncludeUsage bool `yaml:"include_usage"`
 
@@ -106,8 +120,62 @@ type Target struct {
 	// Wire overrides the scenario's wires: the direct side of a comparison
 	// always speaks WireUpstream.
 	Wire Wire
-	// PID, when set, lets soak runs sample the target's resident memory.
+	// PID, when set, lets soak runs sample the target's resident memory,
+	// and is the target's own process when Procs is empty.
 	PID int
+	// Procs are the processes whose CPU time over the target's measured
+	// window (until its last request ended), and resident memory at its
+	// end, the target's result reports
+	// (Result.CPU): its own process, and those it drives (its upstream,
+	// its database), measured over the same window. Each counts with its
+	// descendants. Empty: PID alone, when set, as the target's own.
+	Procs []Proc
+
+	// Model, when set, is the model every request names, in place of the
+	// tier (gateway wires) or sim-TIER (the upstream wire); "{tier}" in it
+	// is replaced by the request's tier: "openai/sim-{tier}". It overrides
+	// the scenario's model.
+	Model string
+	// Path, when set, is the route requests are posted to, after the base
+	// URL's own path, in place of the wire's: "/chat/completions". It
+	// overrides the scenario's path.
+	Path string
+	// AuthHeader, when set, is the header that authenticates every
+	// request, "Name: value" ("x-api-key: k1", "Authorization: Bearer
+	// k1"), in place of the Authorization header Key makes. A target with
+	// neither sends the scenario's auth_header, if any.
+	AuthHeader string
+}
+
+// Proc is a process measured beside a target.
+type Proc struct {
+	Name string // "gateway", "simulator", "postgres"
+	PID  int
+	// Own marks the target's own process (the proxy or gateway measured);
+	// the others are processes it drives, shown beside it.
+	Own bool
+}
+
+// ProcCost is what one process (with its descendants) cost over a
+// target's measured window: what a fleet is sized by.
+type ProcCost struct {
+	Name string `json:"name"`
+	PID  int    `json:"pid"`
+	Own  bool   `json:"own"`
+	// CPU is user plus system time, from /proc/PID/stat in clock ticks
+	// of 10 ms, from the start of the measured window (of every round of
+	// a comparison) to the end of its last request: the work of the
+	// requests the result counts, the warm-up's left out.
+	CPU time.Duration `json:"cpu_ns"`
+	// PerKRequests is CPU seconds per 1,000 completed requests, and
+	// PerKFrames per 1,000 stream frames the client received (0 without
+	// frames).
+	PerKRequests float64 `json:"cpu_s_per_1k_requests"`
+	PerKFrames   float64 `json:"cpu_s_per_1k_frames,omitempty"`
+	// RSS is the resident memory at the end of the target's last measured
+	// window, and Processes how many processes the tree held then.
+	RSS       int64 `json:"rss_bytes"`
+	Processes int   `json:"processes"`
 }
 
 // Histograms hold microseconds, from 1 µs to 10 minutes, 3 significant
@@ -161,6 +229,11 @@ type Result struct {
 
 	// Rounds is how many interleaved rounds Compare ran (0 for Run).
 	Rounds int `json:"rounds,omitempty"`
+
+	// CPU is, for each process measured beside the target (Target.Procs),
+	// what it cost over the measured window; absent when none was given
+	// or none could be read.
+	CPU []ProcCost `json:"cpu,omitempty"`
 }
 
 // RSSSample is one reading of a process's resident memory.

@@ -14,11 +14,16 @@ p.meta{color:#595959;margin:0 0 1rem}
 pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px;line-height:1.4;background:#f7f7f7;border:1px solid #e3e3e3;border-radius:4px;padding:1rem;overflow-x:auto}
 figure{margin:1rem 0}
 figure svg{max-width:100%;height:auto;border:1px solid #e3e3e3;border-radius:4px}
+table.cpu{border-collapse:collapse;font-size:13px}
+table.cpu th,table.cpu td{padding:.2rem .6rem;border-bottom:1px solid #e3e3e3;text-align:right}
+table.cpu th:nth-child(-n+2),table.cpu td:nth-child(-n+2){text-align:left}
+p.note{color:#595959;font-size:12.5px}
 `
 
 // WriteHTML writes one self-contained HTML page: the plots of every metric
 // some target recorded and of resident memory when it was sampled, inline,
-// and the text summary in a <pre>. It loads
+// a table of the CPU and memory of the processes measured beside the
+// targets, when there are any, and the text summary in a <pre>. It loads
 // nothing from elsewhere.
 func WriteHTML(w io.Writer, c *Comparison) error {
 	if err := check(c); err != nil {
@@ -63,6 +68,21 @@ func WriteHTML(w io.Writer, c *Comparison) error {
 		fmt.Fprintf(&b, "<figure id=\"%s\">\n", MetricMemory)
 		renderMemorySVG(&b, c)
 		b.WriteString("</figure>\n")
+	}
+	if rows := cpuRows(newDocument(c)); rows != nil {
+		b.WriteString("<h2 id=\"cpu\">CPU and memory</h2>\n<table class=\"cpu\">\n<tr>")
+		for _, h := range cpuHeads {
+			fmt.Fprintf(&b, "<th>%s</th>", html.EscapeString(h))
+		}
+		b.WriteString("</tr>\n")
+		for _, r := range rows {
+			b.WriteString("<tr>")
+			for _, cell := range r {
+				fmt.Fprintf(&b, "<td>%s</td>", html.EscapeString(cell))
+			}
+			b.WriteString("</tr>\n")
+		}
+		fmt.Fprintf(&b, "</table>\n<p class=\"note\">%s</p>\n", html.EscapeString(cpuNote))
 	}
 	b.WriteString("<h2>Summary</h2>\n<pre>")
 	b.WriteString(html.EscapeString(text.String()))

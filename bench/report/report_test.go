@@ -885,3 +885,60 @@ func TestMemorySVG(t *testing.T) {
 		}
 	})
 }
+
+// CPU figures appear in every report for the targets that have them, and
+// a target without any shows dashes, not zeros.
+func TestCPUReport(t *testing.T) {
+	c := exactComparison(t)
+	gw := c.Results[1] // 1000 completed, 64000 frames
+	gw.CPU = []load.ProcCost{
+		{Name: "gateway", PID: 10, Own: true, CPU: 2500 * time.Millisecond, PerKRequests: 2.5, PerKFrames: 2.5 / 64,
+			RSS: 50 << 20, Processes: 1},
+		{Name: "simulator", PID: 11, CPU: time.Second, PerKRequests: 1, PerKFrames: 1.0 / 64, RSS: 20 << 20, Processes: 1},
+	}
+	c.Results[2].CPU = []load.ProcCost{{Name: "nginx", PID: 12, Own: true, CPU: 800 * time.Millisecond,
+		PerKRequests: 0.8, PerKFrames: 0.8 / 64, RSS: 8 << 20, Processes: 2}}
+
+	var b strings.Builder
+	require.NoError(t, WriteText(&b, c))
+	cpu := textSection(t, b.String(), "CPU AND MEMORY")
+	require.Equal(t, []string{"target", "process", "pid", "cpu", "cpu/1k", "req", "cpu/1k", "frames", "rss", "at", "end", "procs"},
+		strings.Fields(cpu[0]))
+	require.Equal(t, []string{"direct", "-", "-", "-", "-", "-", "-", "-"}, row(t, cpu, "direct"))
+	require.Equal(t, []string{"gateway", "gateway*", "10", "2.50s", "2.50s", "39.1ms", "50.0", "MiB", "1"}, row(t, cpu, "gateway"))
+	require.Equal(t, []string{"simulator", "11", "1.00s", "1.00s", "15.6ms", "20.0", "MiB", "1"}, row(t, cpu, "simulator"))
+	require.Equal(t, []string{"refproxy", "nginx*", "12", "800ms", "800ms", "12.5ms", "8.00", "MiB", "2"}, row(t, cpu, "refproxy"))
+	require.Contains(t, cpu[len(cpu)-1], "/proc/PID/stat")
+
+	var j bytes.Buffer
+	require.NoError(t, WriteJSON(&j, c))
+	var doc struct {
+		Targets []struct {
+			Name string
+			CPU  []map[string]any `json:"cpu"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(j.Bytes(), &doc))
+	require.Nil(t, doc.Targets[0].CPU, "direct has no process: no figures")
+	require.NotContains(t, strings.SplitN(j.String(), `"name": "gateway"`, 2)[0], `"cpu"`)
+	require.Len(t, doc.Targets[1].CPU, 2)
+	require.Equal(t, map[string]any{"name": "gateway", "pid": 10.0, "own": true, "cpu_ns": 2.5e9,
+		"cpu_s_per_1k_requests": 2.5, "cpu_s_per_1k_frames": 2.5 / 64, "rss_bytes": float64(50 << 20), "processes": 1.0},
+		doc.Targets[1].CPU[0])
+
+	var h strings.Builder
+	require.NoError(t, WriteHTML(&h, c))
+	page := h.String()
+	require.Contains(t, page, `<h2 id="cpu">CPU and memory</h2>`)
+	require.Contains(t, page, "<tr><td>gateway</td><td>gateway*</td><td>10</td><td>2.50s</td><td>2.50s</td><td>39.1ms</td><td>50.0 MiB</td><td>1</td></tr>")
+	require.Contains(t, page, "<tr><td>direct</td><td>-</td>")
+
+	// Without any process measured, no section at all.
+	c = exactComparison(t)
+	b.Reset()
+	require.NoError(t, WriteText(&b, c))
+	require.NotContains(t, b.String(), "CPU AND MEMORY")
+	h.Reset()
+	require.NoError(t, WriteHTML(&h, c))
+	require.NotContains(t, h.String(), `id="cpu"`)
+}

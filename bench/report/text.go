@@ -24,8 +24,10 @@ const (
 // completions, errors (by code and status) and throughput; latency, time to
 // first byte, time to first token and inter-frame gaps at p50, p90, p99,
 // p99.9 and max; every other target's overhead over the baseline at each
-// percentile and its throughput ratio; frame violations and the first few
-// of them; the frontier; the scorecard; and resident memory.
+// percentile and its throughput ratio; the CPU time of the processes
+// measured beside each target, per 1,000 requests and frames, with their
+// resident memory; frame violations and the first few of them; the
+// frontier; the scorecard; and resident memory over time.
 func WriteText(w io.Writer, c *Comparison) error {
 	if err := check(c); err != nil {
 		return err
@@ -38,6 +40,7 @@ func WriteText(w io.Writer, c *Comparison) error {
 		writeMetric(&b, d, m)
 	}
 	writeOverhead(&b, d)
+	writeCPU(&b, d)
 	writeViolations(&b, d)
 	writeFrontier(&b, d)
 	writeScorecard(&b, d)
@@ -421,3 +424,68 @@ func verdictLabel(v string) string {
 }
 
 func percent(f float64) string { return strconv.FormatFloat(100*f, 'f', -1, 64) + "%" }
+
+// cpuHeads are the columns of the CPU table, in text and in HTML.
+var cpuHeads = []string{"target", "process", "pid", "cpu", "cpu/1k req", "cpu/1k frames", "rss at end", "procs"}
+
+// cpuRows returns the rows of the CPU table, one per process measured
+// beside a target (its own first, marked *), and a row of dashes for a
+// target without any; nil when no target has any.
+func cpuRows(d *document) [][]string {
+	some := false
+	for _, x := range d.Targets {
+		some = some || len(x.CPU) > 0
+	}
+	if !some {
+		return nil
+	}
+	var rows [][]string
+	for _, x := range d.Targets {
+		if len(x.CPU) == 0 {
+			rows = append(rows, []string{x.Name, "-", "-", "-", "-", "-", "-", "-"})
+			continue
+		}
+		for i, c := range x.CPU {
+			name := ""
+			if i == 0 {
+				name = x.Name
+			}
+			proc := c.Name
+			if c.Own {
+				proc += "*"
+			}
+			perFrames := "-"
+			if x.Frames > 0 {
+				perFrames = formatMicros(c.PerKFrames * 1e6)
+			}
+			perReq := "-"
+			if x.Completed > 0 {
+				perReq = formatMicros(c.PerKRequests * 1e6)
+			}
+			rows = append(rows, []string{name, proc, strconv.Itoa(c.PID),
+				formatMicros(micros(c.CPU)), perReq, perFrames, formatBytes(c.RSS), strconv.Itoa(c.Processes)})
+		}
+	}
+	return rows
+}
+
+// cpuNote explains the CPU table.
+const cpuNote = "cpu: user+system time from the start of the measured window (every round) to its last request's end, " +
+	"from /proc/PID/stat in 10 ms ticks, " +
+	"each process with its descendants; * the target's own process; per 1k req: per 1,000 completed requests, " +
+	"per 1k frames: per 1,000 stream frames received; rss: resident memory at the end of the target's last round"
+
+func writeCPU(b *strings.Builder, d *document) {
+	rows := cpuRows(d)
+	if rows == nil {
+		return
+	}
+	section(b, "CPU AND MEMORY (per target, over its measured window)")
+	t := table{left: 2}
+	t.add(cpuHeads...)
+	for _, r := range rows {
+		t.add(r...)
+	}
+	t.write(b, "")
+	b.WriteString(cpuNote + "\n")
+}

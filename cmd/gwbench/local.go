@@ -77,6 +77,7 @@ func parseTargets(s string) (map[string]bool, error) {
 func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	var bin, dbURL, scenarios, targetList, gwFlags string
+	var pids multiFlag
 	fs := flag.NewFlagSet("gwbench local", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.flags(fs)
@@ -90,7 +91,12 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	nginx := fs.String("nginx", "auto", "also compare nginx as a reverse proxy: auto (when installed), on or off")
 	fs.StringVar(&targetList, "targets", strings.Join(localTargets, ","),
 		"comma-separated targets to compare among "+strings.Join(localTargets, ", ")+"; the first is the baseline (nginx only as --nginx allows)")
+	fs.Var(&pids, "pid", pidUsage+"; the processes local starts are measured without it (PostgreSQL: --pid postgres=PID of its postmaster)")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	procs, err := parsePIDs(pids)
+	if err != nil {
 		return err
 	}
 	chosen, err := parseTargets(targetList)
@@ -141,9 +147,16 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stderr, "gwbench: simulator %s, gateway %s (pid %d)\n", sim.Addr, gw.Addr, gw.PID)
 
+	// Each target's own process first, then the simulator every target
+	// loads: its CPU per request should not move between them.
+	simProc := load.Proc{Name: "simulator", PID: sim.PID}
+	own := func(p *child.Process) []load.Proc {
+		return []load.Proc{{Name: p.Name, PID: p.PID, Own: true}, simProc}
+	}
 	var targets []load.Target
 	if chosen["direct"] {
-		targets = append(targets, load.Target{Name: "direct", BaseURL: simURL, Wire: load.WireUpstream})
+		targets = append(targets, load.Target{Name: "direct", BaseURL: simURL, Wire: load.WireUpstream,
+			Procs: []load.Proc{{Name: "simulator", PID: sim.PID, Own: true}}})
 	}
 	if chosen["refproxy"] {
 		ref, err := child.Start(ctx, "refproxy", self, nil, []string{"refproxy listening"}, "refproxy", "--upstream", simURL, "--addr", "127.0.0.1:0")
@@ -152,14 +165,16 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer ref.Stop()
 		fmt.Fprintf(stderr, "gwbench: reference proxy %s\n", ref.Addr)
-		targets = append(targets, load.Target{Name: "refproxy", BaseURL: "http://" + ref.Addr, Wire: load.WireUpstream})
+		targets = append(targets, load.Target{Name: "refproxy", BaseURL: "http://" + ref.Addr, Wire: load.WireUpstream,
+			Procs: own(ref)})
 	}
 	if chosen["nginx"] && *nginx != "off" {
 		ng, err := startNginx(ctx, out, sim.Addr)
 		switch {
 		case err == nil:
 			defer ng.Stop()
-			targets = append(targets, load.Target{Name: "nginx", BaseURL: "http://" + ng.Addr, Wire: load.WireUpstream})
+			targets = append(targets, load.Target{Name: "nginx", BaseURL: "http://" + ng.Addr, Wire: load.WireUpstream,
+				Procs: own(ng)})
 		case *nginx == "on" || !errors.Is(err, errNoNginx):
 			return err
 		default:
@@ -167,11 +182,13 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	if chosen["gateway"] {
-		targets = append(targets, load.Target{Name: "gateway", BaseURL: "http://" + gw.Addr, Key: key, PID: gw.PID})
+		targets = append(targets, load.Target{Name: "gateway", BaseURL: "http://" + gw.Addr, Key: key, PID: gw.PID,
+			Procs: own(gw)})
 	}
 	if len(targets) == 0 {
 		return errors.New("no target left to compare: nginx is off or not installed")
 	}
+	attachProcs(targets, procs)
 
 	if *budget {
 		b := &budgetRun{targets: targets, opt: c.options(stderr), duration: c.duration, frontier: *frontier, out: out, stdout: stdout}

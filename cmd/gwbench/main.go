@@ -1,8 +1,8 @@
 // Command gwbench is the gateway's bench harness: a load generator that
 // tells the truth about tail latency, overhead and frame order.
 //
-//	gwbench run      --scenario NAME|FILE --target URL [--key KEY]
-//	gwbench compare  --scenario NAME|FILE --direct URL --gateway URL --key KEY [--also NAME=URL]...
+//	gwbench run      --scenario NAME|FILE --target URL [--key KEY] [--model M] [--path P] [--header H] [--pid NAME=PID]...
+//	gwbench compare  --scenario NAME|FILE --direct URL --gateway URL --key KEY [--also NAME=URL[,option=value]...]... [--pid NAME=PID]...
 //	gwbench faults   --gateway URL --key KEY
 //	gwbench local    [--budget] [--scenarios a,b] [--targets a,b] [--frontier] [--faults]   start simulator, gateway and reference proxy here, measure
 //	gwbench refproxy --upstream URL [--addr ADDR]
@@ -195,21 +195,38 @@ func runOne(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&target, "target", "", "base URL to load, e.g. http://127.0.0.1:8080 (required)")
 	fs.StringVar(&key, "key", os.Getenv("GWBENCH_KEY"), "Bearer key for a gateway target [$GWBENCH_KEY]")
 	upstream := fs.Bool("upstream", false, "the target is an upstream server: speak its plain /v1/chat/completions")
+	var t load.Target
+	fs.StringVar(&t.Model, "model", "", "the model every request names ({tier} stands for its tier), instead of the tier or sim-TIER")
+	fs.StringVar(&t.Path, "path", "", "the route to post to, after the target URL's path, instead of the wire's, e.g. /chat/completions")
+	fs.StringVar(&t.AuthHeader, "header", "", `the header that authenticates every request, "Name: value", instead of --key's Bearer`)
+	var pids multiFlag
+	fs.Var(&pids, "pid", "a process to measure, NAME=PID: --pid target=PID is the target's own; repeatable")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if target == "" {
 		return usagef("--target is required")
 	}
+	if t.AuthHeader != "" {
+		if _, _, err := load.ParseHeader(t.AuthHeader); err != nil {
+			return usagef("--header: %v", err)
+		}
+	}
+	procs, err := parsePIDs(pids)
+	if err != nil {
+		return err
+	}
 	sc, err := c.load()
 	if err != nil {
 		return err
 	}
-	t := load.Target{Name: "target", BaseURL: target, Key: key}
+	t.Name, t.BaseURL, t.Key = "target", target, key
 	if *upstream {
 		t.Wire = load.WireUpstream
 	}
-	res, err := load.Run(ctx, sc, t, c.options(stderr))
+	targets := []load.Target{t}
+	attachProcs(targets, procs)
+	res, err := load.Run(ctx, sc, targets[0], c.options(stderr))
 	if err != nil {
 		return err
 	}
@@ -225,14 +242,15 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	var direct, gateway, key string
-	var also multiFlag
+	var also, pids multiFlag
 	fs := flag.NewFlagSet("gwbench compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.flags(fs)
 	fs.StringVar(&direct, "direct", "", "the upstream's base URL, e.g. the simulator's (required)")
 	fs.StringVar(&gateway, "gateway", "", "the gateway's base URL (required)")
 	fs.StringVar(&key, "key", os.Getenv("GWBENCH_KEY"), "the gateway key [$GWBENCH_KEY]")
-	fs.Var(&also, "also", "another target NAME=URL speaking the upstream's API (a reference proxy, nginx); repeatable")
+	fs.Var(&also, "also", alsoUsage)
+	fs.Var(&pids, "pid", pidUsage+" (targets: direct, gateway and the --also names)")
 	frontier := fs.Bool("frontier", false, "also search the highest rate held with gateway p99 overhead under 1, 5 and 10 ms")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -240,19 +258,29 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if direct == "" || gateway == "" {
 		return usagef("--direct and --gateway are required")
 	}
+	procs, err := parsePIDs(pids)
+	if err != nil {
+		return err
+	}
 	sc, err := c.load()
 	if err != nil {
 		return err
 	}
 	targets := []load.Target{{Name: "direct", BaseURL: direct, Wire: load.WireUpstream}}
+	seen := map[string]bool{"direct": true, "gateway": true}
 	for _, a := range also {
-		name, url, ok := strings.Cut(a, "=")
-		if !ok || name == "" || url == "" {
-			return usagef("--also %q: want NAME=URL", a)
+		t, err := parseAlso(a)
+		if err != nil {
+			return err
 		}
-		targets = append(targets, load.Target{Name: name, BaseURL: url, Wire: load.WireUpstream})
+		if seen[t.Name] {
+			return usagef("--also %s: a target of that name is already compared", t.Name)
+		}
+		seen[t.Name] = true
+		targets = append(targets, t)
 	}
 	targets = append(targets, load.Target{Name: "gateway", BaseURL: gateway, Key: key})
+	attachProcs(targets, procs)
 	cmp, err := compare(ctx, sc, targets, *frontier, c.options(stderr))
 	if err != nil {
 		return err

@@ -1,0 +1,273 @@
+package load
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of the CPU times in /proc/PID/stat: 100
+// on every Linux architecture Go supports, whatever the kernel's own HZ.
+const clockTicks = 100
+
+// ProcStat is what the harness reads of one line of /proc/PID/stat (see
+// proc(5)). CPU times are in clock ticks (1/100 s).
+type ProcStat struct {
+	PID  int
+	Comm string // the command name, without its parentheses
+	PPID int
+	// UTime and STime are the process's own user and system time; CUTime
+	// and CSTime those of its children it has waited for.
+	UTime, STime, CUTime, CSTime uint64
+	// RSSPages is the resident set in pages.
+	RSSPages int64
+}
+
+// CPU returns the process's own user and system time.
+func (s *ProcStat) CPU() time.Duration { return ticks(s.UTime + s.STime) }
+
+func ticks(n uint64) time.Duration { return time.Duration(n) * (time.Second / clockTicks) }
+
+var errShortStat = errors.New("short stat line")
+
+// ParseProcStat parses one /proc/PID/stat line. The command name sits
+// between the first '(' and the last ')': it may itself hold spaces and
+// parentheses, so the fields are counted from the last ')'.
+func ParseProcStat(b []byte) (ProcStat, error) {
+	var s ProcStat
+	open := bytes.IndexByte(b, '(')
+	end := bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return s, fmt.Errorf("cannot parse process stat: %w", errShortStat)
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(b[:open])))
+	if err != nil {
+		return s, fmt.Errorf("cannot parse process stat: pid: %w", err)
+	}
+	s.PID, s.Comm = pid, string(b[open+1:end])
+	// Fields after the name, numbered as in proc(5) from 3 (state).
+	rest := bytes.Fields(b[end+1:])
+	field := func(n int) []byte { return rest[n-3] }
+	if len(rest) < 24-2 {
+		return s, fmt.Errorf("cannot parse process stat of %d: %w", pid, errShortStat)
+	}
+	u := func(n int) uint64 {
+		if err != nil {
+			return 0
+		}
+		var v uint64
+		v, err = strconv.ParseUint(string(field(n)), 10, 64)
+		return v
+	}
+	ppid := u(4)
+	s.UTime, s.STime, s.CUTime, s.CSTime = u(14), u(15), u(16), u(17)
+	if err != nil {
+		return s, fmt.Errorf("cannot parse process stat of %d: %w", pid, err)
+	}
+	s.PPID = int(ppid)
+	// rss may be negative in theory (a signed field in the kernel).
+	if s.RSSPages, err = strconv.ParseInt(string(field(24)), 10, 64); err != nil {
+		return s, fmt.Errorf("cannot parse process stat of %d: rss: %w", pid, err)
+	}
+	return s, nil
+}
+
+// ReadProcStat reads /proc/PID/stat (Linux only).
+func ReadProcStat(pid int) (ProcStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ProcStat{}, fmt.Errorf("cannot read stat of process %d: %w", pid, err)
+	}
+	return ParseProcStat(b)
+}
+
+// ProcUsage is a process tree at one moment: a process and every live
+// descendant of it.
+type ProcUsage struct {
+	// CPU is the user and system time of every process of the tree,
+	// including what each has reaped of its own children: a worker that
+	// exits between two readings moves from its own times into its
+	// parent's, and the tree's total goes on counting it.
+	CPU time.Duration
+	// RSS is the sum of the processes' resident sets (pages they share are
+	// counted once per process).
+	RSS int64
+	// Processes is how many processes the tree holds.
+	Processes int
+}
+
+// ReadProcTree reads the process pid and its descendants (an nginx master
+// and its workers, a postmaster and its backends). Descendants are found
+// by scanning /proc; one that cannot be read (it just exited) is skipped.
+// The root must be readable.
+func ReadProcTree(pid int) (ProcUsage, error) {
+	root, err := ReadProcStat(pid)
+	if err != nil {
+		return ProcUsage{}, err
+	}
+	u := ProcUsage{Processes: 1}
+	add := func(s *ProcStat) {
+		u.CPU += ticks(s.UTime + s.STime + s.CUTime + s.CSTime)
+		u.RSS += s.RSSPages * int64(os.Getpagesize())
+	}
+	add(&root)
+	entries, err := os.ReadDir("/proc")
+	if err != nil || pid == 1 {
+		// The root alone: init's descendants are every process there is.
+		return u, nil
+	}
+	children := map[int][]ProcStat{}
+	for _, e := range entries {
+		id, err := strconv.Atoi(e.Name())
+		if err != nil || id == pid {
+			continue
+		}
+		s, err := ReadProcStat(id)
+		if err != nil {
+			continue
+		}
+		children[s.PPID] = append(children[s.PPID], s)
+	}
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for i := range children[p] {
+			c := &children[p][i]
+			add(c)
+			u.Processes++
+			queue = append(queue, c.PID)
+		}
+	}
+	return u, nil
+}
+
+// procMeter measures one process tree over a target's measured windows.
+type procMeter struct {
+	proc Proc
+
+	start  ProcUsage
+	began  bool
+	cpu    time.Duration // summed over the windows
+	last   ProcUsage     // at the end of the last window
+	ended  int           // windows measured
+	broken bool          // a reading failed: no figures
+}
+
+func (m *procMeter) begin() {
+	u, err := ReadProcTree(m.proc.PID)
+	m.start, m.began = u, err == nil
+	if err != nil {
+		m.broken = true
+	}
+}
+
+func (m *procMeter) end() {
+	if !m.began {
+		return
+	}
+	m.began = false
+	u, err := ReadProcTree(m.proc.PID)
+	if err != nil {
+		m.broken = true
+		return
+	}
+	m.cpu += max(u.CPU-m.start.CPU, 0)
+	m.last = u
+	m.ended++
+}
+
+// cpuWindow is one measured window's readings of a runner's processes:
+// the first at the window's start, after any warm-up, the last once the
+// window's requests have ended.
+type cpuWindow struct {
+	meters []*procMeter
+	timer  *time.Timer   // the start reading, when it is due later
+	began  chan struct{} // closed once the start reading is taken
+	once   sync.Once
+}
+
+// beginCPU takes the start reading of every process of the target at
+// from: at once when from has come, else on a timer (the end of a
+// warm-up). Nil when the target has no process to measure.
+func (r *runner) beginCPU(from time.Time) *cpuWindow {
+	if len(r.meters) == 0 {
+		return nil
+	}
+	w := &cpuWindow{meters: r.meters, began: make(chan struct{})}
+	read := func() {
+		for _, m := range w.meters {
+			m.begin()
+		}
+		close(w.began)
+	}
+	if d := time.Until(from); d > 0 {
+		w.timer = time.AfterFunc(d, read)
+	} else {
+		read()
+	}
+	return w
+}
+
+// end takes the end reading, unless the window never began: the phase
+// stopped during its warm-up.
+func (w *cpuWindow) end() {
+	if w == nil {
+		return
+	}
+	w.once.Do(func() {
+		if w.timer != nil && w.timer.Stop() {
+			return // the start reading was never taken
+		}
+		<-w.began
+		for _, m := range w.meters {
+			m.end()
+		}
+	})
+}
+
+// procCosts returns the figures of the runner's processes so far, nil
+// when it has none or none could be read.
+func (r *runner) procCosts() []ProcCost {
+	var out []ProcCost
+	for _, m := range r.meters {
+		if m.broken || m.ended == 0 {
+			continue
+		}
+		out = append(out, ProcCost{
+			Name: m.proc.Name, PID: m.proc.PID, Own: m.proc.Own,
+			CPU: m.cpu, RSS: m.last.RSS, Processes: m.last.Processes,
+		})
+	}
+	return out
+}
+
+// costs derives the per-request and per-frame figures of r.CPU.
+func (r *Result) costs() {
+	for i := range r.CPU {
+		c := &r.CPU[i]
+		c.PerKRequests, c.PerKFrames = 0, 0
+		if r.Completed > 0 {
+			c.PerKRequests = c.CPU.Seconds() * 1000 / float64(r.Completed)
+		}
+		if r.Frames > 0 {
+			c.PerKFrames = c.CPU.Seconds() * 1000 / float64(r.Frames)
+		}
+	}
+}
+
+// procs returns the processes to measure for t: its Procs, or its PID
+// alone, as its own process, when it names no Procs.
+func (t *Target) procs() []Proc {
+	if len(t.Procs) > 0 {
+		return t.Procs
+	}
+	if t.PID > 0 {
+		return []Proc{{Name: t.Name, PID: t.PID, Own: true}}
+	}
+	return nil
+}
