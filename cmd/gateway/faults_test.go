@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,6 +32,12 @@ type loadResult struct {
 
 // load sends chat requests from workers goroutines, each with a request id
 // of its own, until stop is closed.
+// answered waits until n requests of the load have been answered.
+func (r *loadResult) answered(t *testing.T, n int64, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return r.ok.Load() >= n }, 15*time.Second, 2*time.Millisecond, msg)
+}
+
 func load(addr, key string, workers int, stop <-chan struct{}) *loadResult {
 	res := &loadResult{done: make(chan struct{})}
 	body, _ := json.Marshal(chatBody("Hi [[sim:tokens=2]]"))
@@ -104,11 +111,15 @@ func TestRedisDiesUnderLoad(t *testing.T) {
 
 	stop := make(chan struct{})
 	res := load(a.Addr(), tn.key, 8, stop)
-	time.Sleep(400 * time.Millisecond)
+	res.answered(t, 40, "metered load before the outage")
 	relay.Cut()
-	time.Sleep(800 * time.Millisecond)
+	require.Eventually(t, func() bool { return res.unmetered.Load() >= 20 }, 15*time.Second, 5*time.Millisecond,
+		"requests are served unmetered during the outage")
 	relay.Restore(t)
-	time.Sleep(600 * time.Millisecond)
+	metered := func() int64 { return res.ok.Load() - res.unmetered.Load() }
+	before := metered()
+	require.Eventually(t, func() bool { return metered() >= before+20 }, 15*time.Second, 5*time.Millisecond,
+		"metered again once Redis is back")
 	close(stop)
 	res.wait()
 
@@ -141,12 +152,17 @@ func TestPostgresDiesUnderLoad(t *testing.T) {
 
 	stop := make(chan struct{})
 	res := load(a.Addr(), tn.key, 8, stop)
-	time.Sleep(400 * time.Millisecond)
+	res.answered(t, 40, "load before the outage")
 	relay.Cut()
-	time.Sleep(1200 * time.Millisecond)
-	during := res.ok.Load()
+	cut := res.ok.Load()
+	require.Eventually(t, func() bool { return strings.Contains(a.logs.String(), "rows go to the spool") },
+		15*time.Second, 5*time.Millisecond, "the ledger spools while PostgreSQL is away")
+	res.answered(t, cut+40, "requests answered during the outage")
+	during := res.ok.Load() - cut
 	relay.Restore(t)
-	time.Sleep(600 * time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(a.logs.String(), "ledger writes to PostgreSQL again") },
+		15*time.Second, 5*time.Millisecond, "the ledger writes to PostgreSQL again")
+	res.answered(t, res.ok.Load()+40, "load after the outage")
 	close(stop)
 	res.wait()
 
