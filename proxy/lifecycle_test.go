@@ -442,3 +442,15 @@ func TestBareLFIsRefusedAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 }
+
+// The HTTP-layer errors say what was wrong: a broken chunk is not called a
+// malformed header.
+func TestHTTPLayerErrorsNameTheProblem(t *testing.T) {
+	f := newLifecycleFixture(t)
+	rc := f.dialRaw(t)
+	_, err := io.WriteString(rc.c, "POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")
+	require.NoError(t, err)
+	_, body, err := rc.read(t)
+	require.NoError(t, err)
+	require.Contains(t, string(body), "chunked body is malformed")
+}

@@ -71,15 +71,24 @@ type edgeConn struct {
 	head     bool // reading a request head
 	prevCR   bool // the last byte read was CR
 	lineSeen bool // the current line has bytes besides CR
+	started  bool // a byte arrived since the last response
 }
 
 func (c *edgeConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if n > 0 && c.head && !c.scan(p[:n]) {
-		return 0, errBareLF
+	if n > 0 {
+		c.started = true
+		if c.head && !c.scan(p[:n]) {
+			return 0, errBareLF
+		}
 	}
 	return n, err
 }
+
+// requestStarted reports whether a byte of the next request has arrived
+// since the last response: a read timeout before that is an idle
+// connection's, closed without a word.
+func (c *edgeConn) requestStarted() bool { return c.started }
 
 // scan follows a head through b; false means a bare LF.
 func (c *edgeConn) scan(b []byte) bool {
@@ -111,7 +120,7 @@ func (c *edgeConn) scan(b []byte) bool {
 // goes out (not an interim 100 Continue, after which the body comes).
 func (c *edgeConn) Write(p []byte) (int, error) {
 	if !bytes.HasPrefix(p, interim) {
-		c.head, c.prevCR, c.lineSeen = true, false, false
+		c.head, c.prevCR, c.lineSeen, c.started = true, false, false, false
 	}
 	return c.Conn.Write(p)
 }
