@@ -367,7 +367,7 @@ func TestHTTPLayerErrorsSpeakTheProductsLanguage(t *testing.T) {
 				require.Contains(t, string(body), `"request_id":"`)
 			}
 			if c.status == 405 {
-				require.Contains(t, resp.Header.Get("Allow"), "POST")
+				require.Equal(t, "POST", resp.Header.Get("Allow"))
 				return
 			}
 			require.True(t, resp.Close)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/fasthttp/router"
@@ -60,7 +61,15 @@ func NewRouter(edge *Edge) *Router {
 		}
 	}
 	r.NotFound = notFound(codec.ErrNotFound)
-	r.MethodNotAllowed = notFound(codec.ErrMethodNotAllowed)
+	notAllowed := notFound(codec.ErrMethodNotAllowed)
+	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
+		// The router lists OPTIONS among a route's methods; the gateway
+		// answers it 405 like any method a route does not serve.
+		allow := strings.Split(string(ctx.Response.Header.Peek("Allow")), ", ")
+		allow = slices.DeleteFunc(allow, func(m string) bool { return m == fasthttp.MethodOptions })
+		ctx.Response.Header.Set("Allow", strings.Join(allow, ", "))
+		notAllowed(ctx)
+	}
 	return rt
 }
 
