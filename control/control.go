@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/storage"
 )
 
@@ -36,7 +37,7 @@ type API struct {
 	Commit string
 	// Limits is the enforcement state GET /api/v1/limits reads; nil leaves
 	// the route out.
-	Limits *hotpath.Limits
+	Limits *meter.Limits
 	// PoolTiers are the tiers that draw on the token pools, blocked when
 	// a pool is spent.
 	PoolTiers []string

@@ -21,6 +21,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/hotpath/tokens"
 )
 
@@ -42,7 +43,7 @@ type ChatConfig struct {
 	Metrics *metrics.Set
 	// Limits admits each request against the key's concurrency ceiling and
 	// budgets; nil admits everything.
-	Limits *hotpath.Limits
+	Limits *meter.Limits
 	// Usage receives a stream's ledger row when the stream ends (the edge
 	// records every other row); nil records nothing.
 	Usage hotpath.UsageSink
@@ -231,7 +232,7 @@ type turn struct {
 
 	// Admission: the key's concurrency slot and the budgets reserved.
 	principal *hotpath.Principal
-	charge    hotpath.Charge
+	charge    meter.Charge
 	poolsLow  bool
 	billed    bool
 	estimated bool

@@ -22,6 +22,7 @@ import (
 
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden transcripts under testdata/golden")
@@ -49,7 +50,7 @@ type fixtureOptions struct {
 	idempotency hotpath.IdempotencyStore
 	principal   hotpath.Principal
 	dial        func() (net.Conn, error) // replaces the simulator
-	limits      *hotpath.Limits
+	limits      *meter.Limits
 	usage       hotpath.UsageSink
 	server      ServerConfig
 	tcp         bool // serve on a loopback TCP listener, not in memory

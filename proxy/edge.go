@@ -19,6 +19,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // Handler serves one route after the edge has identified the request. It
@@ -38,7 +39,7 @@ const (
 // Edge applies the cross-cutting rules to every route.
 type Edge struct {
 	verifier  *hotpath.Verifier
-	limits    *hotpath.Limits
+	limits    *meter.Limits
 	usage     hotpath.UsageSink
 	log       *slog.Logger
 	set       *metrics.Set
@@ -62,7 +63,7 @@ type EdgeConfig struct {
 	// duration and key id; never a path's query, a body or a key.
 	AccessLog bool
 	// Limits meters user routes in per-minute windows; nil meters nothing.
-	Limits *hotpath.Limits
+	Limits *meter.Limits
 	// Usage receives one ledger row per user request; nil records nothing.
 	Usage hotpath.UsageSink
 }
@@ -229,14 +230,14 @@ var (
 
 // SetRateHeaders describes the per-minute request window. A window not yet
 // opened resets a full window from now.
-func SetRateHeaders(ctx *fasthttp.RequestCtx, st hotpath.RateState) {
+func SetRateHeaders(ctx *fasthttp.RequestCtx, st meter.RateState) {
 	var b [20]byte
 	h := &ctx.Response.Header
 	h.SetCanonical(rateLimitKey, appendInt(b[:0], int(st.Limit)))
 	h.SetCanonical(rateRemainingKey, appendInt(b[:0], int(st.Remaining)))
 	reset := st.ResetAt
 	if reset == 0 {
-		reset = time.Now().Add(hotpath.RateWindow).Unix()
+		reset = time.Now().Add(meter.RateWindow).Unix()
 	}
 	h.SetCanonical(rateResetKey, appendInt(b[:0], int(reset)))
 }

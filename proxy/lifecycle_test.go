@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // The connection lifecycle, byte by byte over loopback TCP: what a client
@@ -287,7 +287,7 @@ func TestHalfClosedClientIsServedOrCleanlyAbandoned(t *testing.T) {
 // and the ledger row says what happened.
 func TestClientThatLeavesMidStreamIsBilledAndFreed(t *testing.T) {
 	sink := &recordingSink{}
-	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(func(p *hotpath.Plan) { p.MaxConcurrent = 1 }))
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(func(p *meter.Plan) { p.MaxConcurrent = 1 }))
 	f := newLifecycleFixture(t, withLimits(l, sink, uncapped()))
 	for i, path := range lcPaths {
 		rc := f.dialRaw(t)

@@ -15,15 +15,15 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgegw/gateway/hotpath"
-	"github.com/edgegw/gateway/hotpath/countertest"
+	"github.com/edgegw/gateway/hotpath/meter"
+	"github.com/edgegw/gateway/hotpath/meter/metertest"
 	"github.com/edgegw/gateway/storage"
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
 func TestRedisCountersContract(t *testing.T) {
 	client := storetest.Redis(t)
-	countertest.Run(t, func(t *testing.T, seeder hotpath.BudgetSeeder) hotpath.Counters {
+	metertest.Run(t, func(t *testing.T, seeder meter.BudgetSeeder) meter.Counters {
 		c := storage.NewRedisCounters(client, storetest.Prefix(), seeder, nil)
 		t.Cleanup(c.Close)
 		return c
@@ -38,28 +38,28 @@ func TestRedisCountersKeys(t *testing.T) {
 	ctx := t.Context()
 	now := time.Now()
 
-	out := make([]hotpath.WindowState, 1)
-	_, err := c.Hit(ctx, now, []hotpath.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}, out)
+	out := make([]meter.WindowState, 1)
+	_, err := c.Hit(ctx, now, []meter.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}, out)
 	require.NoError(t, err)
 	_, ok, err := c.Acquire(ctx, now, "cc:k1", 2)
 	require.NoError(t, err)
 	require.True(t, ok)
-	var r hotpath.Reservation
-	refused, err := c.Reserve(ctx, now, []hotpath.Budget{
-		{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: -1},
-		{Kind: hotpath.BudgetCredits, Subject: "key_2", Cap: -1},
-		{Kind: hotpath.BudgetPoolBurst, Subject: "org_1", Cap: -1},
+	var r meter.Reservation
+	refused, err := c.Reserve(ctx, now, []meter.Budget{
+		{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: -1},
+		{Kind: meter.BudgetCredits, Subject: "key_2", Cap: -1},
+		{Kind: meter.BudgetPoolBurst, Subject: "org_1", Cap: -1},
 	}, []int64{1, 2, 3}, &r)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)
 
-	month := hotpath.MonthStart(now).Format("2006-01")
+	month := meter.MonthStart(now).Format("2006-01")
 	want := map[string]time.Duration{
 		prefix + "rl:key:k1:requests":              time.Minute,
-		prefix + "lease:cc:k1":                     hotpath.LeaseTTL,
-		prefix + "budget:key_spend:key_1:" + month: hotpath.MonthStart(now).Add(hotpath.MonthCounterKeep).Sub(now),
-		prefix + "budget:credits:key_2":            hotpath.LifetimeCounterIdle,
-		prefix + "budget:pool_burst:org_1":         hotpath.BurstWindow + hotpath.BurstSlot,
+		prefix + "lease:cc:k1":                     meter.LeaseTTL,
+		prefix + "budget:key_spend:key_1:" + month: meter.MonthStart(now).Add(meter.MonthCounterKeep).Sub(now),
+		prefix + "budget:credits:key_2":            meter.LifetimeCounterIdle,
+		prefix + "budget:pool_burst:org_1":         meter.BurstWindow + meter.BurstSlot,
 	}
 	keys, err := client.Do(ctx, client.B().Keys().Pattern(prefix+"*").Build()).AsStrSlice()
 	require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestRedisCountersKeys(t *testing.T) {
 		require.NoError(t, err)
 		require.InDelta(t, ttl, time.Duration(ms)*time.Millisecond, float64(5*time.Second), k)
 	}
-	slot, err := client.Do(ctx, client.B().Hget().Key(prefix+"budget:pool_burst:org_1").Field(fmt.Sprint(hotpath.BurstSlotStart(now).Unix())).Build()).ToString()
+	slot, err := client.Do(ctx, client.B().Hget().Key(prefix+"budget:pool_burst:org_1").Field(fmt.Sprint(meter.BurstSlotStart(now).Unix())).Build()).ToString()
 	require.NoError(t, err)
 	require.Equal(t, "3", slot, "a burst slot is a hash field named by its start")
 }
@@ -177,7 +177,7 @@ type fixedSeeder struct {
 	calls atomic.Int64
 }
 
-func (s *fixedSeeder) SeedBudget(ctx context.Context, _ hotpath.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
+func (s *fixedSeeder) SeedBudget(ctx context.Context, _ meter.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
 	s.calls.Add(1)
 	select {
 	case <-time.After(s.delay):
@@ -200,16 +200,16 @@ func TestRedisCountersRebuildLostCounters(t *testing.T) {
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Date(2026, 3, 10, 12, 5, 0, 0, time.UTC) // the ledger's usage lands in the current burst slot
-	spend := hotpath.Budget{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 10_000}
-	burst := hotpath.Budget{Kind: hotpath.BudgetPoolBurst, Subject: "org_1", Cap: 10_000}
-	budgets := []hotpath.Budget{spend, burst}
-	usage := func() []hotpath.BudgetState {
-		out := make([]hotpath.BudgetState, 2)
+	spend := meter.Budget{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: 10_000}
+	burst := meter.Budget{Kind: meter.BudgetPoolBurst, Subject: "org_1", Cap: 10_000}
+	budgets := []meter.Budget{spend, burst}
+	usage := func() []meter.BudgetState {
+		out := make([]meter.BudgetState, 2)
 		require.NoError(t, c.Usage(ctx, now, budgets, out))
 		return out
 	}
 
-	var r hotpath.Reservation
+	var r meter.Reservation
 	refused, err := c.Reserve(ctx, now, budgets, []int64{1000, 1000}, &r)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)
@@ -219,7 +219,7 @@ func TestRedisCountersRebuildLostCounters(t *testing.T) {
 	// Rebuilt without the reservation in flight, as after a restart.
 	spendKey, burstKey := prefix+"budget:key_spend:key_1:2026-03", prefix+"budget:pool_burst:org_1"
 	require.NoError(t, client.Do(ctx, client.B().Set().Key(spendKey).Value("300").Build()).Error())
-	field := fmt.Sprint(hotpath.BurstSlotStart(now).Unix())
+	field := fmt.Sprint(meter.BurstSlotStart(now).Unix())
 	require.NoError(t, client.Do(ctx, client.B().Hset().Key(burstKey).FieldValue().FieldValue(field, "300").Build()).Error())
 	require.NoError(t, c.Settle(ctx, &r, []int64{100, 100}))
 	require.Equal(t, []int64{0, 0}, []int64{usage()[0].Used, usage()[1].Used}, "a settlement never leaves a counter below zero")
@@ -233,9 +233,9 @@ func TestRedisCountersRebuildLostCounters(t *testing.T) {
 	n, err := client.Do(ctx, client.B().Exists().Key(spendKey, burstKey).Build()).AsInt64()
 	require.NoError(t, err)
 	require.Zero(t, n, "a settlement does not recreate a lost counter")
-	require.Equal(t, []hotpath.BudgetState{
-		{Used: 500, ResetAt: hotpath.NextMonth(now).Unix()},
-		{Used: 500, ResetAt: hotpath.BurstSlotStart(now).Add(hotpath.BurstWindow).Unix()},
+	require.Equal(t, []meter.BudgetState{
+		{Used: 500, ResetAt: meter.NextMonth(now).Unix()},
+		{Used: 500, ResetAt: meter.BurstSlotStart(now).Add(meter.BurstWindow).Unix()},
 	}, usage(), "lost counters come back from the ledger")
 	require.Equal(t, int64(6), s.calls.Load())
 }
@@ -253,12 +253,12 @@ func TestRedisCountersConcurrentSeedersAcrossProcesses(t *testing.T) {
 		t.Cleanup(p.Close)
 	}
 	now := time.Now()
-	b := []hotpath.Budget{{Kind: hotpath.BudgetWorkspaceSpend, Subject: "ws_1", Cap: 1_000_000}}
+	b := []meter.Budget{{Kind: meter.BudgetWorkspaceSpend, Subject: "ws_1", Cap: 1_000_000}}
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
 	for i := range 40 {
 		wg.Go(func() {
-			var r hotpath.Reservation
+			var r meter.Reservation
 			refused, err := procs[i%2].Reserve(context.Background(), now, b, []int64{10}, &r)
 			if err == nil && refused >= 0 {
 				err = errors.New("refused under a large cap")
@@ -273,7 +273,7 @@ func TestRedisCountersConcurrentSeedersAcrossProcesses(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	out := make([]hotpath.BudgetState, 1)
+	out := make([]meter.BudgetState, 1)
 	require.NoError(t, procs[0].Usage(t.Context(), now, b, out))
 	require.Equal(t, int64(400+40*10), out[0].Used)
 	require.LessOrEqual(t, s.calls.Load(), int64(2), "each process asks the ledger at most once")
@@ -345,7 +345,7 @@ func (p *faultProxy) cut() {
 }
 
 // Every call on a Redis that is gone, silent or closed fails promptly
-// with hotpath.ErrCountersUnavailable.
+// with meter.ErrCountersUnavailable.
 func TestRedisCountersUnavailable(t *testing.T) {
 	opt, err := rueidis.ParseURL(storetest.RedisURL(t))
 	require.NoError(t, err)
@@ -389,45 +389,45 @@ func TestRedisCountersUnavailable(t *testing.T) {
 			c := setup(t)
 			ctx := context.Background() // no deadline: the store brings its own
 			now := time.Now()
-			ws := []hotpath.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}
-			budgets := []hotpath.Budget{{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 100}}
-			r := hotpath.Reservation{N: 1, Budgets: [hotpath.MaxReservation]hotpath.Budget{budgets[0]}, Amounts: [hotpath.MaxReservation]int64{50}}
+			ws := []meter.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}
+			budgets := []meter.Budget{{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: 100}}
+			r := meter.Reservation{N: 1, Budgets: [meter.MaxReservation]meter.Budget{budgets[0]}, Amounts: [meter.MaxReservation]int64{50}}
 			calls := map[string]func() error{
 				"Hit": func() error {
-					_, err := c.Hit(ctx, now, ws, make([]hotpath.WindowState, 1))
+					_, err := c.Hit(ctx, now, ws, make([]meter.WindowState, 1))
 					return err
 				},
-				"PeekWindows": func() error { return c.PeekWindows(ctx, now, ws, make([]hotpath.WindowState, 1)) },
+				"PeekWindows": func() error { return c.PeekWindows(ctx, now, ws, make([]meter.WindowState, 1)) },
 				"Acquire": func() error {
 					_, _, err := c.Acquire(ctx, now, "cc:k1", 2)
 					return err
 				},
-				"Release": func() error { return c.Release(ctx, hotpath.Lease{Key: "cc:k1", ID: "x"}) },
+				"Release": func() error { return c.Release(ctx, meter.Lease{Key: "cc:k1", ID: "x"}) },
 				"InFlight": func() error {
 					_, err := c.InFlight(ctx, now, "cc:k1")
 					return err
 				},
 				"Reserve": func() error {
-					_, err := c.Reserve(ctx, now, budgets, []int64{10}, new(hotpath.Reservation))
+					_, err := c.Reserve(ctx, now, budgets, []int64{10}, new(meter.Reservation))
 					return err
 				},
 				"Settle": func() error { return c.Settle(ctx, &r, []int64{10}) },
-				"Usage":  func() error { return c.Usage(ctx, now, budgets, make([]hotpath.BudgetState, 1)) },
+				"Usage":  func() error { return c.Usage(ctx, now, budgets, make([]meter.BudgetState, 1)) },
 				"Admit": func() error {
-					a := &hotpath.Admission{Windows: ws, WindowOut: make([]hotpath.WindowState, 1), LeaseKey: "cc:k1", LeaseLimit: 2, Budgets: budgets, Amounts: []int64{10}}
-					_, err := c.Admit(ctx, now, a, new(hotpath.Reservation))
+					a := &meter.Admission{Windows: ws, WindowOut: make([]meter.WindowState, 1), LeaseKey: "cc:k1", LeaseLimit: 2, Budgets: budgets, Amounts: []int64{10}}
+					_, err := c.Admit(ctx, now, a, new(meter.Reservation))
 					return err
 				},
 				"Finish": func() error {
 					fr := r // a reservation of its own: Settle above used r up
-					return c.Finish(ctx, hotpath.Lease{Key: "cc:k1", ID: "x"}, &fr, []int64{10})
+					return c.Finish(ctx, meter.Lease{Key: "cc:k1", ID: "x"}, &fr, []int64{10})
 				},
 			}
 			for op, call := range calls {
 				start := time.Now()
 				err := call()
 				took := time.Since(start)
-				require.ErrorIs(t, err, hotpath.ErrCountersUnavailable, op)
+				require.ErrorIs(t, err, meter.ErrCountersUnavailable, op)
 				require.Less(t, took, time.Second, "%s took %v", op, took)
 			}
 		})
@@ -464,25 +464,25 @@ func TestRedisCountersOneRoundTripEach(t *testing.T) {
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Now()
-	ws := []hotpath.Window{
+	ws := []meter.Window{
 		{Key: "rl:key:k1:requests", Limit: 100, Length: time.Minute},
 		{Key: "rl:org:o1:requests", Limit: 100, Length: time.Minute},
 	}
-	out := make([]hotpath.WindowState, 2)
-	budgets := []hotpath.Budget{
-		{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 1 << 40},
-		{Kind: hotpath.BudgetWorkspaceSpend, Subject: "ws_1", Cap: 1 << 40},
-		{Kind: hotpath.BudgetCredits, Subject: "key_1", Cap: 1 << 40},
-		{Kind: hotpath.BudgetPoolMonthly, Subject: "org_1", Cap: 1 << 40},
-		{Kind: hotpath.BudgetPoolBurst, Subject: "org_1", Cap: 1 << 40},
-		{Kind: hotpath.BudgetMiraRequests, Subject: "org_1", Cap: 1 << 40},
+	out := make([]meter.WindowState, 2)
+	budgets := []meter.Budget{
+		{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: 1 << 40},
+		{Kind: meter.BudgetWorkspaceSpend, Subject: "ws_1", Cap: 1 << 40},
+		{Kind: meter.BudgetCredits, Subject: "key_1", Cap: 1 << 40},
+		{Kind: meter.BudgetPoolMonthly, Subject: "org_1", Cap: 1 << 40},
+		{Kind: meter.BudgetPoolBurst, Subject: "org_1", Cap: 1 << 40},
+		{Kind: meter.BudgetMiraRequests, Subject: "org_1", Cap: 1 << 40},
 	}
 	amounts := []int64{10, 10, 10, 10, 10, 1}
-	states := make([]hotpath.BudgetState, len(budgets))
-	var lease hotpath.Lease
-	var r hotpath.Reservation
-	admission := &hotpath.Admission{Windows: ws, WindowOut: out, LeaseKey: "cc:k2", LeaseLimit: 10, Budgets: budgets, Amounts: amounts}
-	var admitted hotpath.AdmitResult
+	states := make([]meter.BudgetState, len(budgets))
+	var lease meter.Lease
+	var r meter.Reservation
+	admission := &meter.Admission{Windows: ws, WindowOut: out, LeaseKey: "cc:k2", LeaseLimit: 10, Budgets: budgets, Amounts: amounts}
+	var admitted meter.AdmitResult
 	calls := []struct {
 		name string
 		call func() error
@@ -497,7 +497,7 @@ func TestRedisCountersOneRoundTripEach(t *testing.T) {
 		{"Usage", func() error { return c.Usage(ctx, now, budgets, states) }},
 		{"Admit", func() error {
 			var err error
-			if admitted, err = c.Admit(ctx, now, admission, &r); err == nil && admitted.Refused != hotpath.AdmitOK {
+			if admitted, err = c.Admit(ctx, now, admission, &r); err == nil && admitted.Refused != meter.AdmitOK {
 				err = fmt.Errorf("refused: %d", admitted.Refused)
 			}
 			return err
@@ -524,29 +524,29 @@ func TestRedisCountersAdmitSeedsThenOneRoundTrip(t *testing.T) {
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Now()
-	warm := &hotpath.Admission{LeaseKey: "cc:warm", LeaseLimit: 1, Budgets: []hotpath.Budget{{Kind: hotpath.BudgetCredits, Subject: "key_warm", Cap: -1}}, Amounts: []int64{1}}
-	_, err := c.Admit(ctx, now, warm, new(hotpath.Reservation)) // loads the scripts
+	warm := &meter.Admission{LeaseKey: "cc:warm", LeaseLimit: 1, Budgets: []meter.Budget{{Kind: meter.BudgetCredits, Subject: "key_warm", Cap: -1}}, Amounts: []int64{1}}
+	_, err := c.Admit(ctx, now, warm, new(meter.Reservation)) // loads the scripts
 	require.NoError(t, err)
 
-	a := &hotpath.Admission{
-		Windows:   []hotpath.Window{{Key: "rl:key:k1:requests", Limit: 100, Length: time.Minute}},
-		WindowOut: make([]hotpath.WindowState, 1),
+	a := &meter.Admission{
+		Windows:   []meter.Window{{Key: "rl:key:k1:requests", Limit: 100, Length: time.Minute}},
+		WindowOut: make([]meter.WindowState, 1),
 		LeaseKey:  "cc:k1", LeaseLimit: 10,
-		Budgets: []hotpath.Budget{{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 100}},
+		Budgets: []meter.Budget{{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: 100}},
 		Amounts: []int64{10},
 	}
-	var r hotpath.Reservation
+	var r meter.Reservation
 	before := client.n.Load()
 	res, err := c.Admit(ctx, now, a, &r)
 	require.NoError(t, err)
-	require.Equal(t, hotpath.AdmitOK, res.Refused)
+	require.Equal(t, meter.AdmitOK, res.Refused)
 	require.Equal(t, int64(4), client.n.Load()-before, "the script, EXISTS, the seed write, the script again")
 	require.Equal(t, int64(99), a.WindowOut[0].Remaining, "the first answer, needing a seed, counted nothing")
 
 	before = client.n.Load()
 	res2, err := c.Admit(ctx, now, a, &r)
 	require.NoError(t, err)
-	require.Equal(t, hotpath.AdmitOK, res2.Refused)
+	require.Equal(t, meter.AdmitOK, res2.Refused)
 	require.Equal(t, int64(1), client.n.Load()-before)
 	before = client.n.Load()
 	require.NoError(t, c.Finish(ctx, res2.Lease, &r, []int64{0}))
@@ -571,17 +571,17 @@ func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
 		require.NoError(t, err)
 		return n
 	}
-	a := &hotpath.Admission{LeaseKey: "cc:k1", LeaseLimit: 2}
-	res, err := c.Admit(ctx, time.Now(), a, new(hotpath.Reservation))
+	a := &meter.Admission{LeaseKey: "cc:k1", LeaseLimit: 2}
+	res, err := c.Admit(ctx, time.Now(), a, new(meter.Reservation))
 	require.NoError(t, err)
-	require.Equal(t, hotpath.AdmitOK, res.Refused)
-	other, err := c.Admit(ctx, time.Now(), a, new(hotpath.Reservation))
+	require.Equal(t, meter.AdmitOK, res.Refused)
+	other, err := c.Admit(ctx, time.Now(), a, new(meter.Reservation))
 	require.NoError(t, err)
-	require.Equal(t, hotpath.AdmitOK, other.Refused)
+	require.Equal(t, meter.AdmitOK, other.Refused)
 	time.Sleep(3 * ttl)
 	require.Equal(t, int64(2), inFlight(), "both slots outlived their TTL")
 
-	require.NoError(t, c.Finish(ctx, res.Lease, new(hotpath.Reservation), nil))
+	require.NoError(t, c.Finish(ctx, res.Lease, new(meter.Reservation), nil))
 	require.Equal(t, int64(1), inFlight())
 	time.Sleep(3 * ttl)
 	require.Equal(t, int64(1), inFlight(), "the finished slot stays free, the other is still renewed")
@@ -595,7 +595,7 @@ func BenchmarkRedisCounters(b *testing.B) {
 	c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
 	b.Cleanup(c.Close)
 	// Many requests in flight, as in a gateway: rueidis pipelines them.
-	countertest.Bench(b, c, time.Now(), 16, func(b *testing.B) {
+	metertest.Bench(b, c, time.Now(), 16, func(b *testing.B) {
 		start := client.n.Load()
 		b.Cleanup(func() { b.ReportMetric(float64(client.n.Load()-start)/float64(b.N), "roundtrips/op") })
 	})

@@ -13,11 +13,12 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 var (
-	_ hotpath.UsageSink    = (*Ledger)(nil)
-	_ hotpath.BudgetSeeder = (*Ledger)(nil)
+	_ hotpath.UsageSink  = (*Ledger)(nil)
+	_ meter.BudgetSeeder = (*Ledger)(nil)
 )
 
 // ErrLedgerClosed is returned by Flush once Close has begun.

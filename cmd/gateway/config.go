@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // fileConfig is the --config file: the structured settings that do not fit
@@ -84,7 +85,7 @@ type settings struct {
 	Bindings  map[string]binding
 	Providers map[string]providerConfig
 	// Plans, DefaultPlan and PoolWeights configure limits (plans_config.go).
-	Plans       []hotpath.Plan
+	Plans       []meter.Plan
 	DefaultPlan string
 	PoolWeights map[string]int64
 	// SignIn configures device login and native OAuth (signin_config.go).

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
@@ -206,9 +206,9 @@ func TestSpentPoolsShowAndRefuse(t *testing.T) {
 	key := admin(t, ta.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--kind", "signed_in")
 	token, orgID := key["access_token"].(string), org["id"].(string)
 
-	var res hotpath.Reservation
+	var res meter.Reservation
 	refused, err := ta.limits.Counters().Reserve(context.Background(), time.Now(),
-		[]hotpath.Budget{{Kind: hotpath.BudgetPoolMonthly, Subject: orgID, Cap: 1_000_000}}, []int64{1_000_000}, &res)
+		[]meter.Budget{{Kind: meter.BudgetPoolMonthly, Subject: orgID, Cap: 1_000_000}}, []int64{1_000_000}, &res)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)
 

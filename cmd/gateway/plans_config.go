@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // planConfig is one plan in the config file. Omitted fields keep the
@@ -23,7 +23,7 @@ type planConfig struct {
 // defaultPlans is the limits configuration when the file says nothing: one
 // plan, "default", and every tier's default pool weight.
 func (st *settings) defaultPlans() {
-	st.Plans = []hotpath.Plan{hotpath.DefaultPlan()}
+	st.Plans = []meter.Plan{meter.DefaultPlan()}
 	st.DefaultPlan = "default"
 	st.PoolWeights = map[string]int64{}
 }
@@ -38,7 +38,7 @@ func (st *settings) applyPlans(fc fileConfig) error {
 	sort.Strings(names)
 	for _, name := range names {
 		pc := fc.Plans[name]
-		p := hotpath.DefaultPlan()
+		p := meter.DefaultPlan()
 		p.Name = name
 		set(&p.RequestsPerMinute, pc.RequestsPerMinute)
 		set(&p.OrgRequestsPerMinute, pc.OrgRequestsPerMinute)

@@ -24,6 +24,7 @@ import (
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/control"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/proxy"
 	"github.com/edgegw/gateway/storage"
 )
@@ -261,7 +262,7 @@ type app struct {
 	chat     *proxy.Chat
 	ledger   *storage.Ledger
 	counters *storage.RedisCounters
-	limits   *hotpath.Limits
+	limits   *meter.Limits
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -369,12 +370,12 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		return nil, err
 	}
 	// Counters start from the ledger whenever the store lacks one.
-	var counters hotpath.Counters = hotpath.NewMemoryCounters(a.ledger)
+	var counters meter.Counters = meter.NewMemoryCounters(a.ledger)
 	if a.redis != nil {
 		rc := storage.NewRedisCounters(a.redis, "gw:", a.ledger, log)
 		a.counters, counters = rc, rc
 	}
-	limits, err := hotpath.NewLimits(counters, st.Plans, st.DefaultPlan, st.PoolWeights)
+	limits, err := meter.NewLimits(counters, st.Plans, st.DefaultPlan, st.PoolWeights)
 	if err != nil {
 		a.shutdown()
 		return nil, fmt.Errorf("config: %w", err)

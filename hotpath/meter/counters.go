@@ -1,4 +1,4 @@
-package hotpath
+package meter
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 // Counters is the store behind every limit the gateway enforces: per-minute
 // request windows, concurrency leases and budget reservations. Two
-// implementations pass the same contract suite (hotpath/countertest): the
+// implementations pass the same contract suite (hotpath/meter/metertest): the
 // in-process MemoryCounters, the single-process default, and the Redis one in
 // storage, which makes every counter fleet-wide.
 //

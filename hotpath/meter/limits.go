@@ -1,4 +1,4 @@
-package hotpath
+package meter
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
 )
 
 // Plan is a subscription plan: what an organization's keys may do per
@@ -83,25 +84,6 @@ func DefaultPoolWeight(tier string) int64 {
 	return 1
 }
 
-// RateBucket selects which per-minute window a route counts in.
-type RateBucket uint8
-
-// The buckets.
-const (
-	// RateRequests is the request window every metered route shares.
-	RateRequests RateBucket = iota
-	// RateTokenCount is token counting's own window.
-	RateTokenCount
-	// RateNone marks a route that is not metered.
-	RateNone
-	// RatePeek checks the request window without counting in it: a full
-	// window refuses, but the route itself opens and uses nothing.
-	RatePeek
-	// RateByHandler routes count in the request window themselves, in the
-	// same step as the rest of their admission (chat: AdmitChat).
-	RateByHandler
-)
-
 // RateWindow is the per-minute window length.
 const RateWindow = time.Minute
 
@@ -165,7 +147,7 @@ func NewLimits(c Counters, plans []Plan, defaultPlan string, weights map[string]
 func (l *Limits) Counters() Counters { return l.c }
 
 // PlanOf returns the key's plan.
-func (l *Limits) PlanOf(p *Principal) *Plan {
+func (l *Limits) PlanOf(p *hotpath.Principal) *Plan {
 	if pl, ok := l.plans[p.Plan]; ok {
 		return pl
 	}
@@ -188,14 +170,14 @@ type RateState struct {
 	ResetAt   int64 // Unix seconds; 0 before the window opened
 }
 
-func (l *Limits) windows(p *Principal, b RateBucket, ws *[2]Window) []Window {
-	pl, k := l.PlanOf(p), p.keys()
-	if b == RateTokenCount {
-		ws[0] = Window{Key: k.tokens, Limit: pl.TokenCountsPerMinute, Length: RateWindow}
+func (l *Limits) windows(p *hotpath.Principal, b hotpath.RateBucket, ws *[2]Window) []Window {
+	pl, k := l.PlanOf(p), p.CounterKeys()
+	if b == hotpath.RateTokenCount {
+		ws[0] = Window{Key: k.Tokens, Limit: pl.TokenCountsPerMinute, Length: RateWindow}
 		return ws[:1]
 	}
-	ws[0] = Window{Key: k.key, Limit: pl.RequestsPerMinute, Length: RateWindow}
-	ws[1] = Window{Key: k.org, Limit: pl.OrgRequestsPerMinute, Length: RateWindow}
+	ws[0] = Window{Key: k.Key, Limit: pl.RequestsPerMinute, Length: RateWindow}
+	ws[1] = Window{Key: k.Org, Limit: pl.OrgRequestsPerMinute, Length: RateWindow}
 	return ws[:2]
 }
 
@@ -213,13 +195,13 @@ func tighter(out []WindowState) RateState {
 // returns metered false when the store failed (the request is then served
 // unmetered and counted in Unmetered), and otherwise the headers' state and,
 // when a window is full, the 429 to answer.
-func (l *Limits) Hit(ctx context.Context, now time.Time, p *Principal, b RateBucket) (st RateState, metered bool, refusal *codec.Error) {
+func (l *Limits) Hit(ctx context.Context, now time.Time, p *hotpath.Principal, b hotpath.RateBucket) (st RateState, metered bool, refusal *codec.Error) {
 	var ws [2]Window
 	var out [2]WindowState
 	w := l.windows(p, b, &ws)
 	var allowed bool
 	var err error
-	if b == RatePeek {
+	if b == hotpath.RatePeek {
 		if err = l.c.PeekWindows(ctx, now, w, out[:len(w)]); err == nil {
 			allowed = out[0].Remaining > 0 && out[1].Remaining > 0
 		}
@@ -267,10 +249,10 @@ func (l *Limits) unmetered(err error) {
 }
 
 // PeekWindows reads the key's and the organization's request windows.
-func (l *Limits) PeekWindows(ctx context.Context, now time.Time, p *Principal) (key, org WindowState, err error) {
+func (l *Limits) PeekWindows(ctx context.Context, now time.Time, p *hotpath.Principal) (key, org WindowState, err error) {
 	var ws [2]Window
 	var out [2]WindowState
-	w := l.windows(p, RateRequests, &ws)
+	w := l.windows(p, hotpath.RateRequests, &ws)
 	if err := l.c.PeekWindows(ctx, now, w, out[:]); err != nil {
 		return key, org, err
 	}
@@ -345,7 +327,7 @@ func (ch *Charge) add(b Budget, amount int64) int8 {
 }
 
 // Subscription reports whether the key draws on the token pools.
-func Subscription(p *Principal) bool { return p.Kind == KindSignedIn }
+func Subscription(p *hotpath.Principal) bool { return p.Kind == hotpath.KindSignedIn }
 
 // picoPerMicro converts micro-USD caps to the pico-USD counters.
 const picoPerMicro = 1_000_000
@@ -353,7 +335,7 @@ const picoPerMicro = 1_000_000
 // PlanCharge fills ch with the budgets p's request on tier must fit in,
 // costed at most maxCostPico (its input bound plus max_tokens at the tier's
 // prices) and maxTokens tokens of both directions.
-func (l *Limits) PlanCharge(ch *Charge, p *Principal, tier string, maxCostPico, maxTokens int64) {
+func (l *Limits) PlanCharge(ch *Charge, p *hotpath.Principal, tier string, maxCostPico, maxTokens int64) {
 	*ch = Charge{costIdx: [3]int8{-1, -1, -1}, poolIdx: [2]int8{-1, -1}, miraIdx: -1}
 	if p.SpendCapMicros >= 0 {
 		ch.costIdx[0] = ch.add(Budget{Kind: BudgetKeySpend, Subject: p.KeyID, Cap: p.SpendCapMicros * picoPerMicro}, maxCostPico)
@@ -361,7 +343,7 @@ func (l *Limits) PlanCharge(ch *Charge, p *Principal, tier string, maxCostPico, 
 	if p.WorkspaceID != "" && p.WorkspaceCapMicros >= 0 {
 		ch.costIdx[1] = ch.add(Budget{Kind: BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: p.WorkspaceCapMicros * picoPerMicro}, maxCostPico)
 	}
-	if p.Kind == KindHeadless {
+	if p.Kind == hotpath.KindHeadless {
 		ch.costIdx[2] = ch.add(Budget{Kind: BudgetCredits, Subject: p.KeyID, Cap: p.CreditsCapMicros() * picoPerMicro}, maxCostPico)
 	}
 	if Subscription(p) {
@@ -379,7 +361,7 @@ func (l *Limits) PlanCharge(ch *Charge, p *Principal, tier string, maxCostPico, 
 
 // refusal is the 429 for a spent budget: its code, reset_at and a
 // Retry-After counting down to it.
-func (l *Limits) refusal(ctx context.Context, now time.Time, b *Budget, p *Principal) *codec.Error {
+func (l *Limits) refusal(ctx context.Context, now time.Time, b *Budget, p *hotpath.Principal) *codec.Error {
 	reset := l.resetAt(ctx, now, b)
 	e := &codec.Error{Detail: codec.Detail{ResetAt: reset, RetryAfter: retryAfter(now, reset)}}
 	switch b.Kind {
@@ -430,7 +412,7 @@ func (l *Limits) resetAt(ctx context.Context, now time.Time, b *Budget) int64 {
 	return st[0].ResetAt
 }
 
-func (l *Limits) miraLeft(ctx context.Context, now time.Time, p *Principal) bool {
+func (l *Limits) miraLeft(ctx context.Context, now time.Time, p *hotpath.Principal) bool {
 	pl := l.PlanOf(p)
 	var st [1]BudgetState
 	b := Budget{Kind: BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests}
@@ -445,7 +427,7 @@ const maxPoolsSeen = 100_000
 
 // PoolsLow reports whether either token pool of a subscription key is low or
 // blocked: auto is then routed to mira. A store failure reports false.
-func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *Principal) bool {
+func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *hotpath.Principal) bool {
 	if !Subscription(p) {
 		return false
 	}
@@ -478,11 +460,11 @@ func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *Principal) bool
 // maxTokens, computed by PlanCharge into ch) against every budget. It returns
 // the rate-limit headers' state, whether the request was metered (false when
 // the store failed: it is then served unmetered), and the refusal to answer.
-func (l *Limits) AdmitChat(ctx context.Context, now time.Time, p *Principal, ch *Charge) (st RateState, metered bool, refusal *codec.Error) {
+func (l *Limits) AdmitChat(ctx context.Context, now time.Time, p *hotpath.Principal, ch *Charge) (st RateState, metered bool, refusal *codec.Error) {
 	var ws [2]Window
 	var out [2]WindowState
-	a := Admission{Windows: l.windows(p, RateRequests, &ws), WindowOut: out[:],
-		LeaseKey: p.keys().lease, LeaseLimit: l.PlanOf(p).MaxConcurrent,
+	a := Admission{Windows: l.windows(p, hotpath.RateRequests, &ws), WindowOut: out[:],
+		LeaseKey: p.CounterKeys().Lease, LeaseLimit: l.PlanOf(p).MaxConcurrent,
 		Budgets: ch.Budgets[:ch.N], Amounts: ch.Amounts[:ch.N]}
 	res, err := l.c.Admit(ctx, now, &a, &ch.Res)
 	if err != nil {
@@ -549,7 +531,7 @@ func (l *Limits) Wait() { l.finishing.Wait() }
 
 // Weighted is the weighted-token count of a request on tier for a
 // subscription key; 0 for other keys and for mira.
-func (l *Limits) Weighted(p *Principal, tier string, tokens int64) int64 {
+func (l *Limits) Weighted(p *hotpath.Principal, tier string, tokens int64) int64 {
 	if !Subscription(p) || tier == "mira" {
 		return 0
 	}

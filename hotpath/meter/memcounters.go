@@ -1,8 +1,8 @@
-package hotpath
+package meter
 
 // MemoryCounters keeps every counter in the process: the single-process
 // default, and the reference the Redis store is held to by the contract
-// suite in hotpath/countertest.
+// suite in hotpath/meter/metertest.
 //
 // State lives in 64 shards, each a mutex over four maps (windows, lease
 // sets, held leases, budgets); a key's shard is a hash of its name. A call

@@ -1,4 +1,4 @@
-package hotpath
+package meter
 
 import (
 	"context"
