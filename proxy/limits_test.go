@@ -18,6 +18,7 @@ import (
 
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/meter"
+	"github.com/edgegw/gateway/hotpath/meter/metertest"
 )
 
 // recordingSink keeps every ledger row it is given.
@@ -46,12 +47,6 @@ var errDown = fmt.Errorf("%w: connection refused", meter.ErrCountersUnavailable)
 func (failingCounters) Hit(context.Context, time.Time, []meter.Window, []meter.WindowState) (bool, error) {
 	return false, errDown
 }
-func (failingCounters) Acquire(context.Context, time.Time, string, int64) (meter.Lease, bool, error) {
-	return meter.Lease{}, false, errDown
-}
-func (failingCounters) Reserve(context.Context, time.Time, []meter.Budget, []int64, *meter.Reservation) (int, error) {
-	return 0, errDown
-}
 func (failingCounters) Usage(context.Context, time.Time, []meter.Budget, []meter.BudgetState) error {
 	return errDown
 }
@@ -60,6 +55,50 @@ func (failingCounters) Admit(context.Context, time.Time, *meter.Admission, *mete
 }
 func (failingCounters) Finish(context.Context, meter.Lease, *meter.Reservation, []int64) error {
 	return errDown
+}
+
+// heldSlots is a store that counts the slots its admissions hold, as the
+// requests see them: taken by an admitted Admit, given back by Finish. It
+// reads without taking a slot, so it may watch requests in flight.
+type heldSlots struct {
+	meter.Counters
+	mu   sync.Mutex
+	held map[meter.Lease]bool
+}
+
+func newHeldSlots() *heldSlots {
+	return &heldSlots{Counters: meter.NewMemoryCounters(meter.NoSeeder{}), held: map[meter.Lease]bool{}}
+}
+
+func (h *heldSlots) Admit(ctx context.Context, now time.Time, a *meter.Admission, r *meter.Reservation) (meter.AdmitResult, error) {
+	res, err := h.Counters.Admit(ctx, now, a, r)
+	if err == nil && res.Lease.ID != "" {
+		h.mu.Lock()
+		h.held[res.Lease] = true
+		h.mu.Unlock()
+	}
+	return res, err
+}
+
+func (h *heldSlots) Finish(ctx context.Context, lease meter.Lease, r *meter.Reservation, actual []int64) error {
+	err := h.Counters.Finish(ctx, lease, r, actual)
+	h.mu.Lock()
+	delete(h.held, lease)
+	h.mu.Unlock()
+	return err
+}
+
+// inFlight is the number of slots held under key.
+func (h *heldSlots) inFlight(key string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n int64
+	for l := range h.held {
+		if l.Key == key {
+			n++
+		}
+	}
+	return n
 }
 
 func testPlan(edit func(*meter.Plan)) meter.Plan {
@@ -174,7 +213,7 @@ func TestUnreachableStoreServesUnmetered(t *testing.T) {
 }
 
 func TestConcurrencyCeilingPerKey(t *testing.T) {
-	c := meter.NewMemoryCounters(meter.NoSeeder{})
+	c := newHeldSlots()
 	l := newLimits(t, c, testPlan(func(p *meter.Plan) { p.MaxConcurrent = 2 }))
 	f := newChatFixture(t, withLimits(l, nil, uncapped()))
 	slow := `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x [[sim:tokens=20]] [[sim:itl_ms=10]]"}]}`
@@ -183,8 +222,7 @@ func TestConcurrencyCeilingPerKey(t *testing.T) {
 		go func() { done <- f.post(t, "/api/v1/chat", slow) }()
 	}
 	require.Eventually(t, func() bool {
-		n, _ := c.InFlight(context.Background(), time.Now(), "cc:key-1")
-		return n == 2
+		return c.inFlight("cc:key-1") == 2
 	}, 2*time.Second, time.Millisecond)
 	for _, path := range []string{"/api/v1/chat", "/api/v2/chat", "/v1/chat/completions"} {
 		r := f.post(t, path, smallChat)
@@ -198,8 +236,7 @@ func TestConcurrencyCeilingPerKey(t *testing.T) {
 		require.Equal(t, http.StatusOK, (<-done).status)
 	}
 	require.Eventually(t, func() bool {
-		n, _ := c.InFlight(context.Background(), time.Now(), "cc:key-1")
-		return n == 0
+		return c.inFlight("cc:key-1") == 0
 	}, 2*time.Second, time.Millisecond, "every ending gives the slot back")
 
 	// A client that leaves mid-stream gives its slot back too.
@@ -214,8 +251,7 @@ func TestConcurrencyCeilingPerKey(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, conn.Close())
 	require.Eventually(t, func() bool {
-		n, _ := c.InFlight(context.Background(), time.Now(), "cc:key-1")
-		return n == 0
+		return c.inFlight("cc:key-1") == 0
 	}, 3*time.Second, time.Millisecond)
 }
 
@@ -310,7 +346,7 @@ func TestBudgetRefusalShape(t *testing.T) {
 	// Spend the monthly pool.
 	var res meter.Reservation
 	b := []meter.Budget{{Kind: meter.BudgetPoolMonthly, Subject: "org-1", Cap: 1000}}
-	refused, err := c.Reserve(context.Background(), time.Now(), b, []int64{1000}, &res)
+	refused, err := metertest.Reserve(context.Background(), c, time.Now(), b, []int64{1000}, &res)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)
 
@@ -352,7 +388,7 @@ func TestAutoDowngradesWhilePoolsAreLow(t *testing.T) {
 
 	var res meter.Reservation
 	b := []meter.Budget{{Kind: meter.BudgetPoolBurst, Subject: "org-1", Cap: 100_000}}
-	_, err := c.Reserve(context.Background(), time.Now(), b, []int64{85_000}, &res)
+	_, err := metertest.Reserve(context.Background(), c, time.Now(), b, []int64{85_000}, &res)
 	require.NoError(t, err)
 	p.OrgID = "org-1" // as the fixture binds it
 	// Routing reads the pools at most once a second per organization: read
@@ -425,7 +461,7 @@ func (panickingReplays) Begin(context.Context, string, string, [32]byte) (*hotpa
 }
 
 func TestSlotsAreReleasedWhenAHandlerPanics(t *testing.T) {
-	c := meter.NewMemoryCounters(meter.NoSeeder{})
+	c := newHeldSlots()
 	l := newLimits(t, c, testPlan(func(p *meter.Plan) { p.MaxConcurrent = 1 }))
 	p := uncapped()
 	p.SpendCapMicros = 1000 // a budget to reserve against
@@ -434,9 +470,7 @@ func TestSlotsAreReleasedWhenAHandlerPanics(t *testing.T) {
 		r := f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "k1")
 		require.Equal(t, http.StatusInternalServerError, r.status, "not 429: the slot came back")
 	}
-	n, err := c.InFlight(context.Background(), time.Now(), "cc:key-1")
-	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Zero(t, c.inFlight("cc:key-1"))
 	require.Zero(t, f.chat.gate.InFlight())
 	var st [1]meter.BudgetState
 	require.NoError(t, c.Usage(context.Background(), time.Now(),

@@ -8,15 +8,14 @@ package storage
 // auto-pipelined by rueidis with the other requests in flight. A script runs
 // alone on the server, so "read every counter, check every limit, then
 // change every counter" cannot interleave with another process's call: a
-// Hit counts in all its windows or in none, and a Reserve adds to all its
+// Hit counts in all its windows or in none, and an Admit adds to all its
 // budgets or to none. That is what keeps 200 concurrent requests from
 // overshooting a cap.
 //
 // A chat request costs two scripts: Admit (its windows, its lease and its
 // budgets, checked and changed in one script) and Finish (its settlement
-// and its release). The scripts are assembled from shared Lua functions
-// (windowsHit, leaseSlots, budgetReserve, budgetSettle), so the single
-// operations and the combined ones run the same code.
+// and its release). Hit and Admit count in windows with the same Lua
+// function (windowsHit).
 //
 // Keys, all under the prefix:
 //
@@ -35,7 +34,7 @@ package storage
 // within the TTL.
 //
 // Seeding. A budget counter that does not exist (never used, or lost) makes
-// Reserve, Admit and Usage answer "need seed" with the budgets concerned,
+// Admit and Usage answer "need seed" with the budgets concerned,
 // having changed nothing (no window counted, no lease taken). The process then asks the BudgetSeeder (the ledger) and
 // writes the result with a script that writes only while the key is still
 // missing, and runs the call once more. Reservations are only ever added to
@@ -48,9 +47,6 @@ package storage
 // Money is exact: counters are Redis integers, and the scripts compare
 // them as two base-1e9 limbs, since Lua numbers are doubles and a $100,000
 // cap in pico-USD is past what a double holds exactly.
-//
-// A lease Admit takes is renewed from the moment Admit returns it, exactly
-// as one Acquire takes, until Finish or Release forgets it.
 //
 // What errs, and which way: the first use of a budget counter in a period
 // costs three more round trips (EXISTS, the seed write, the retry). A call
@@ -180,7 +176,7 @@ func (c *RedisCounters) call(ctx context.Context) (context.Context, context.Canc
 }
 
 // detached bounds a call that must happen even when the request is gone
-// (Release, Settle): the caller's cancellation does not apply.
+// (Finish): the caller's cancellation does not apply.
 func (c *RedisCounters) detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 }
@@ -342,8 +338,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
-// leaseSlots is the Lua functions taking a lease, shared by acquireScript
-// and admitScript; now is the Redis clock (ms). leaseFull(k, limit, now)
+// leaseSlots is the Lua functions admitScript takes a lease with; now is
+// the Redis clock (ms). leaseFull(k, limit, now)
 // drops the expired leases of set k and reports whether limit are live;
 // leaseTake(k, ttl, id, now) then adds lease id, expiring after ttl (ms).
 const leaseSlots = `
@@ -356,22 +352,6 @@ local function leaseTake(k, ttl, id, now)
   redis.call('PEXPIRE', k, ttl)
 end
 `
-
-// acquireScript drops expired leases, then adds one when fewer than the
-// limit are live.
-//
-// KEYS[1]: the lease set. ARGV: limit, TTL (ms), lease id. Returns 1 when
-// taken, else 0.
-var acquireScript = rueidis.NewLuaScript(leaseSlots + redisNowMs + `
-if leaseFull(KEYS[1], ARGV[1], now) then return 0 end
-leaseTake(KEYS[1], ARGV[2], ARGV[3], now)
-return 1
-`)
-
-// inFlightScript counts live leases. KEYS[1]: the lease set.
-var inFlightScript = rueidis.NewLuaScriptReadOnly(redisNowMs + `
-return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-`)
 
 // renewScript re-scores leases still in their sets; a lease released
 // meanwhile, or already dropped as expired by another process, stays gone.
@@ -394,27 +374,6 @@ return out
 
 func (c *RedisCounters) leaseKey(key string) string { return c.prefix + "lease:" + key }
 
-// Acquire implements meter.Counters. The clock reading is not used: leases
-// expire on the Redis clock.
-func (c *RedisCounters) Acquire(ctx context.Context, _ time.Time, key string, limit int64) (meter.Lease, bool, error) {
-	if limit <= 0 {
-		return meter.Lease{}, false, nil
-	}
-	l := c.newLease(key)
-	ctx, cancel := c.call(ctx)
-	defer cancel()
-	n, err := acquireScript.Exec(ctx, c.client, []string{c.leaseKey(key)},
-		[]string{strconv.FormatInt(limit, 10), millis(c.leaseTTL), l.ID}).AsInt64()
-	if err != nil {
-		return meter.Lease{}, false, countersDown("acquire lease", err)
-	}
-	if n != 1 {
-		return meter.Lease{}, false, nil
-	}
-	c.hold(l)
-	return l, true, nil
-}
-
 // newLease names a lease of this process under key.
 func (c *RedisCounters) newLease(key string) meter.Lease {
 	return meter.Lease{Key: key, ID: c.idPrefix + strconv.FormatUint(c.seq.Add(1), 36)}
@@ -432,32 +391,6 @@ func (c *RedisCounters) forget(l meter.Lease) {
 	c.mu.Lock()
 	delete(c.held, l)
 	c.mu.Unlock()
-}
-
-// Release implements meter.Counters. It runs even when ctx is cancelled:
-// a request that ends by its client leaving still gives its slot back.
-func (c *RedisCounters) Release(ctx context.Context, lease meter.Lease) error {
-	if lease.ID == "" {
-		return nil
-	}
-	c.forget(lease)
-	ctx, cancel := c.detached(ctx)
-	defer cancel()
-	if err := c.client.Do(ctx, c.client.B().Zrem().Key(c.leaseKey(lease.Key)).Member(lease.ID).Build()).Error(); err != nil {
-		return countersDown("release lease", err)
-	}
-	return nil
-}
-
-// InFlight implements meter.Counters.
-func (c *RedisCounters) InFlight(ctx context.Context, _ time.Time, key string) (int64, error) {
-	ctx, cancel := c.call(ctx)
-	defer cancel()
-	n, err := inFlightScript.Exec(ctx, c.client, []string{c.leaseKey(key)}, nil).AsInt64()
-	if err != nil {
-		return 0, countersDown("count leases", err)
-	}
-	return n, nil
 }
 
 // renew re-scores this process's live leases every third of the TTL until
@@ -562,8 +495,8 @@ local function str(a)
 end
 `
 
-// budgetReserve is the Lua functions reserving budgets, shared by
-// reserveScript and admitScript (after budgetLimbs). The n budgets'
+// budgetReserve is the Lua functions admitScript reserves budgets with
+// (after budgetLimbs). The n budgets'
 // counters are KEYS[k+1..k+n]; budget i's arguments are six from
 // ARGV[a+6(i-1)+1]: period ('m' month, 'l' lifetime, 'b' burst), cap
 // (negative: none), amount, TTL (ms; not used for months, whose expiry is
@@ -626,21 +559,6 @@ local function budgetsAdd(k, a, n)
 end
 `
 
-// reserveScript adds every amount when every budget stays within its cap.
-//
-// KEYS: the budgets' counters. ARGV: six per budget, as budgetReserve
-// reads them. Returns {-1} when reserved, {i} (0-based) for the first
-// budget that would go over, or {-2, i, ...} for the budgets whose counters
-// are missing.
-var reserveScript = rueidis.NewLuaScript(budgetLimbs + budgetReserve + `
-local used, need = budgetsUsed(0, 0, #KEYS)
-if #need > 1 then return need end
-local over = budgetsOver(0, 0, #KEYS, used)
-if over >= 0 then return {over} end
-budgetsAdd(0, 0, #KEYS)
-return {-1}
-`)
-
 // usageScript reads budgets.
 //
 // KEYS: the counters. ARGV, two per budget: period and the oldest burst
@@ -697,8 +615,8 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `)
 
-// budgetSettle is the Lua function settling reservations, shared by
-// settleScript and finishScript: settle(k, a, n) applies each difference to
+// budgetSettle is the Lua function finishScript settles reservations with:
+// settle(k, a, n) applies each difference to
 // the counters KEYS[k+1..k+n] that still exist, never leaving one below 0.
 // A missing counter is left missing: the ledger that seeds it again will
 // hold the actual amount. Counter i's arguments are three from
@@ -717,15 +635,6 @@ local function settle(k, a, n)
   end
 end
 `
-
-// settleScript settles a reservation.
-//
-// KEYS: the counters whose amount changes. ARGV: three per counter, as
-// budgetSettle reads them.
-var settleScript = rueidis.NewLuaScript(budgetSettle + `
-settle(0, 0, #KEYS)
-return 0
-`)
 
 func periodArg(p meter.Period) string {
 	switch p {
@@ -769,39 +678,6 @@ func ttlArg(p meter.Period, now time.Time) string {
 		return lifetimeTTL
 	}
 	return millis(meter.MonthStart(now).Add(meter.MonthCounterKeep).Sub(now))
-}
-
-// Reserve implements meter.Counters.
-func (c *RedisCounters) Reserve(ctx context.Context, now time.Time, budgets []meter.Budget, amounts []int64, r *meter.Reservation) (int, error) {
-	*r = meter.Reservation{}
-	if err := meter.CheckReserve(budgets, amounts); err != nil {
-		return -1, err
-	}
-	if len(budgets) == 0 {
-		return -1, nil
-	}
-	keys, args, slots := c.appendBudgetArgs(make([]string, 0, len(budgets)), make([]string, 0, 6*len(budgets)), now, budgets, amounts)
-	for attempt := 0; ; attempt++ {
-		vals, err := c.exec(ctx, reserveScript, keys, args)
-		if err != nil {
-			return -1, countersDown("reserve budgets", err)
-		}
-		first, err := vals[0].AsInt64()
-		switch {
-		case err != nil:
-			return -1, countersDown("reserve budgets", err)
-		case first == -1:
-			recordReservation(r, budgets, amounts, &slots)
-			return -1, nil
-		case first >= 0 && int(first) < len(budgets):
-			return int(first), nil
-		case first != -2 || attempt > 0:
-			return -1, countersDown("reserve budgets", fmt.Errorf("unexpected answer %d", first))
-		}
-		if err := c.seedMissing(ctx, now, budgets, keys, vals[1:]); err != nil {
-			return -1, err
-		}
-	}
 }
 
 // appendBudgetArgs appends the budgets' counter keys and their arguments as
@@ -922,27 +798,6 @@ func (c *RedisCounters) seed(ctx context.Context, now time.Time, b *meter.Budget
 	return nil
 }
 
-// Settle implements meter.Counters. It runs even when ctx is cancelled:
-// what a request cost is counted whether or not its client stayed.
-func (c *RedisCounters) Settle(ctx context.Context, r *meter.Reservation, actual []int64) error {
-	if err := meter.CheckSettle(r, actual); err != nil {
-		return err
-	}
-	if r.MarkSettled() {
-		return nil
-	}
-	keys, args := c.appendSettleArgs(nil, nil, r, actual)
-	if len(keys) == 0 {
-		return nil
-	}
-	ctx, cancel := c.detached(ctx)
-	defer cancel()
-	if err := settleScript.Exec(ctx, c.client, keys, args).Error(); err != nil {
-		return countersDown("settle reservation", err)
-	}
-	return nil
-}
-
 // appendSettleArgs appends the keys of the counters settling r to actual
 // changes, each in the period slot its amount went to, and their arguments
 // as budgetSettle reads them.
@@ -1027,7 +882,7 @@ func budgetStates(vals []rueidis.RedisMessage, budgets []meter.Budget, now time.
 	return nil
 }
 
-// admitScript is Hit, Acquire and Reserve in one script: every counter is
+// admitScript admits one request in one script: every counter is
 // read, checked and changed with no other call in between.
 //
 // KEYS: the windows, then the lease set (when there is a lease), then the
@@ -1064,7 +919,7 @@ budgetsAdd(bk, ba, nb)
 return out
 `)
 
-// finishScript is Settle and Release in one script.
+// finishScript settles a reservation and releases a lease in one script.
 //
 // KEYS: the counters whose amount changes, then the lease set (when there
 // is a lease). ARGV[1]: the lease id, empty for none; then three per
@@ -1083,15 +938,15 @@ var admitOutcomes = [...]meter.AdmitRefusal{meter.AdmitOK, meter.AdmitWindow, me
 // Admit implements meter.Counters: one script call, plus the seeding
 // round trips when a budget counter is missing (the script then answers
 // which, having changed nothing; the counters are seeded and the script
-// runs once more). The lease runs on the Redis clock, as Acquire's, and an
-// admitted lease is renewed until Finish or Release. A lease limit of 0 or
+// runs once more). The lease runs on the Redis clock, and an admitted lease
+// is renewed from the moment Admit returns it until Finish. A lease limit of 0 or
 // less admits nobody.
 func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *meter.Admission, r *meter.Reservation) (meter.AdmitResult, error) {
 	*r = meter.Reservation{}
 	if err := meter.CheckWindows(a.Windows, a.WindowOut); err != nil {
 		return meter.AdmitResult{}, err
 	}
-	if err := meter.CheckReserve(a.Budgets, a.Amounts); err != nil {
+	if err := meter.CheckAmounts(a.Budgets, a.Amounts); err != nil {
 		return meter.AdmitResult{}, err
 	}
 	nw, nb, nl := len(a.Windows), len(a.Budgets), 0
@@ -1160,11 +1015,11 @@ func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *meter.Admis
 }
 
 // Finish implements meter.Counters: one script call that settles r and
-// releases lease. It runs even when ctx is cancelled, as Settle and
-// Release do. A caller error (actual not matching r) changes nothing, the
+// releases lease. It runs even when ctx is cancelled: what a request cost
+// is counted, and its slot given back, whether or not its client stayed. A caller error (actual not matching r) changes nothing, the
 // lease included.
 func (c *RedisCounters) Finish(ctx context.Context, lease meter.Lease, r *meter.Reservation, actual []int64) error {
-	if err := meter.CheckSettle(r, actual); err != nil {
+	if err := meter.CheckFinish(r, actual); err != nil {
 		return err
 	}
 	var keys []string

@@ -41,17 +41,13 @@ func TestRedisCountersKeys(t *testing.T) {
 	out := make([]meter.WindowState, 1)
 	_, err := c.Hit(ctx, now, []meter.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}, out)
 	require.NoError(t, err)
-	_, ok, err := c.Acquire(ctx, now, "cc:k1", 2)
-	require.NoError(t, err)
-	require.True(t, ok)
-	var r meter.Reservation
-	refused, err := c.Reserve(ctx, now, []meter.Budget{
+	res, err := c.Admit(ctx, now, &meter.Admission{LeaseKey: "cc:k1", LeaseLimit: 2, Budgets: []meter.Budget{
 		{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: -1},
 		{Kind: meter.BudgetCredits, Subject: "key_2", Cap: -1},
 		{Kind: meter.BudgetPoolBurst, Subject: "org_1", Cap: -1},
-	}, []int64{1, 2, 3}, &r)
+	}, Amounts: []int64{1, 2, 3}}, new(meter.Reservation))
 	require.NoError(t, err)
-	require.Equal(t, -1, refused)
+	require.Equal(t, meter.AdmitOK, res.Refused)
 
 	month := meter.MonthStart(now).Format("2006-01")
 	want := map[string]time.Duration{
@@ -92,36 +88,28 @@ func TestRedisCountersCrashedProcessFreesItsSlots(t *testing.T) {
 	b := storage.NewRedisCounters(storetest.Redis(t), prefix, nil, nil, storage.WithLeaseTTL(ttl))
 	t.Cleanup(a.Close)
 	t.Cleanup(b.Close)
-	ctx := t.Context()
 
 	for range 2 {
-		_, ok, err := a.Acquire(ctx, time.Now(), "cc:k1", 2)
-		require.NoError(t, err)
+		_, ok := metertest.TakeSlot(t, a, time.Now(), "cc:k1", 2)
 		require.True(t, ok)
 	}
 	time.Sleep(3 * ttl)
-	_, ok, err := b.Acquire(ctx, time.Now(), "cc:k1", 2)
-	require.NoError(t, err)
+	_, ok := metertest.TakeSlot(t, b, time.Now(), "cc:k1", 2)
 	require.False(t, ok, "the live process renewed its leases past their TTL")
 
 	a.Close() // the process dies: no renewal, no release
 	crashing.Close()
 	crashed := time.Now()
-	n, err := b.InFlight(ctx, time.Now(), "cc:k1")
-	require.NoError(t, err)
-	require.Equal(t, int64(2), n, "the slots are held until their TTL runs out")
+	require.Equal(t, int64(2), metertest.InFlight(t, b, time.Now(), "cc:k1"), "the slots are held until their TTL runs out")
 
 	var freed time.Duration
 	require.Eventually(t, func() bool {
-		_, ok, err := b.Acquire(ctx, time.Now(), "cc:k1", 1)
-		require.NoError(t, err)
+		_, ok := metertest.TakeSlot(t, b, time.Now(), "cc:k1", 1)
 		freed = time.Since(crashed)
 		return ok
 	}, 3*ttl, 10*time.Millisecond)
 	require.LessOrEqual(t, freed, ttl+300*time.Millisecond, "freed within the TTL (and a poll)")
-	n, err = b.InFlight(ctx, time.Now(), "cc:k1")
-	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
+	require.Equal(t, int64(1), metertest.InFlight(t, b, time.Now(), "cc:k1"))
 }
 
 // Leases Redis lost while their requests run are reported, once, and
@@ -135,8 +123,7 @@ func TestRedisCountersReportLostLeases(t *testing.T) {
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	for _, key := range []string{"cc:k1", "cc:k2"} {
-		_, ok, err := c.Acquire(ctx, time.Now(), key, 1)
-		require.NoError(t, err)
+		_, ok := metertest.TakeSlot(t, c, time.Now(), key, 1)
 		require.True(t, ok)
 	}
 	require.NoError(t, client.Do(ctx, client.B().Del().Key(prefix+"lease:cc:k1").Build()).Error())
@@ -144,12 +131,8 @@ func TestRedisCountersReportLostLeases(t *testing.T) {
 	require.Contains(t, logs.String(), `"lost":1`)
 	require.NotContains(t, logs.String(), "cc:k1", "lease keys are not logged")
 	time.Sleep(2 * ttl)
-	n, err := c.InFlight(ctx, time.Now(), "cc:k2")
-	require.NoError(t, err)
-	require.Equal(t, int64(1), n, "the other lease is still renewed")
-	n, err = c.InFlight(ctx, time.Now(), "cc:k1")
-	require.NoError(t, err)
-	require.Zero(t, n, "the lost one is not brought back")
+	require.Equal(t, int64(1), metertest.InFlight(t, c, time.Now(), "cc:k2"), "the other lease is still renewed")
+	require.Zero(t, metertest.InFlight(t, c, time.Now(), "cc:k1"), "the lost one is not brought back")
 }
 
 type leaseLogBuffer struct {
@@ -210,7 +193,7 @@ func TestRedisCountersRebuildLostCounters(t *testing.T) {
 	}
 
 	var r meter.Reservation
-	refused, err := c.Reserve(ctx, now, budgets, []int64{1000, 1000}, &r)
+	refused, err := metertest.Reserve(ctx, c, now, budgets, []int64{1000, 1000}, &r)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)
 	require.Equal(t, []int64{1500, 1500}, []int64{usage()[0].Used, usage()[1].Used})
@@ -221,15 +204,15 @@ func TestRedisCountersRebuildLostCounters(t *testing.T) {
 	require.NoError(t, client.Do(ctx, client.B().Set().Key(spendKey).Value("300").Build()).Error())
 	field := fmt.Sprint(meter.BurstSlotStart(now).Unix())
 	require.NoError(t, client.Do(ctx, client.B().Hset().Key(burstKey).FieldValue().FieldValue(field, "300").Build()).Error())
-	require.NoError(t, c.Settle(ctx, &r, []int64{100, 100}))
+	require.NoError(t, metertest.Settle(ctx, c, &r, []int64{100, 100}))
 	require.Equal(t, []int64{0, 0}, []int64{usage()[0].Used, usage()[1].Used}, "a settlement never leaves a counter below zero")
 
 	require.NoError(t, client.Do(ctx, client.B().Del().Key(spendKey, burstKey).Build()).Error())
-	refused, err = c.Reserve(ctx, now, budgets, []int64{10, 10}, &r)
+	refused, err = metertest.Reserve(ctx, c, now, budgets, []int64{10, 10}, &r)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)
 	require.NoError(t, client.Do(ctx, client.B().Del().Key(spendKey, burstKey).Build()).Error())
-	require.NoError(t, c.Settle(ctx, &r, []int64{5, 5}))
+	require.NoError(t, metertest.Settle(ctx, c, &r, []int64{5, 5}))
 	n, err := client.Do(ctx, client.B().Exists().Key(spendKey, burstKey).Build()).AsInt64()
 	require.NoError(t, err)
 	require.Zero(t, n, "a settlement does not recreate a lost counter")
@@ -259,7 +242,7 @@ func TestRedisCountersConcurrentSeedersAcrossProcesses(t *testing.T) {
 	for i := range 40 {
 		wg.Go(func() {
 			var r meter.Reservation
-			refused, err := procs[i%2].Reserve(context.Background(), now, b, []int64{10}, &r)
+			refused, err := metertest.Reserve(context.Background(), procs[i%2], now, b, []int64{10}, &r)
 			if err == nil && refused >= 0 {
 				err = errors.New("refused under a large cap")
 			}
@@ -398,29 +381,14 @@ func TestRedisCountersUnavailable(t *testing.T) {
 					return err
 				},
 				"PeekWindows": func() error { return c.PeekWindows(ctx, now, ws, make([]meter.WindowState, 1)) },
-				"Acquire": func() error {
-					_, _, err := c.Acquire(ctx, now, "cc:k1", 2)
-					return err
-				},
-				"Release": func() error { return c.Release(ctx, meter.Lease{Key: "cc:k1", ID: "x"}) },
-				"InFlight": func() error {
-					_, err := c.InFlight(ctx, now, "cc:k1")
-					return err
-				},
-				"Reserve": func() error {
-					_, err := c.Reserve(ctx, now, budgets, []int64{10}, new(meter.Reservation))
-					return err
-				},
-				"Settle": func() error { return c.Settle(ctx, &r, []int64{10}) },
-				"Usage":  func() error { return c.Usage(ctx, now, budgets, make([]meter.BudgetState, 1)) },
+				"Usage":       func() error { return c.Usage(ctx, now, budgets, make([]meter.BudgetState, 1)) },
 				"Admit": func() error {
 					a := &meter.Admission{Windows: ws, WindowOut: make([]meter.WindowState, 1), LeaseKey: "cc:k1", LeaseLimit: 2, Budgets: budgets, Amounts: []int64{10}}
 					_, err := c.Admit(ctx, now, a, new(meter.Reservation))
 					return err
 				},
 				"Finish": func() error {
-					fr := r // a reservation of its own: Settle above used r up
-					return c.Finish(ctx, meter.Lease{Key: "cc:k1", ID: "x"}, &fr, []int64{10})
+					return c.Finish(ctx, meter.Lease{Key: "cc:k1", ID: "x"}, &r, []int64{10})
 				},
 			}
 			for op, call := range calls {
@@ -436,8 +404,7 @@ func TestRedisCountersUnavailable(t *testing.T) {
 
 func requireCountersWork(t *testing.T, c *storage.RedisCounters) {
 	t.Helper()
-	_, ok, err := c.Acquire(t.Context(), time.Now(), "cc:probe", 1)
-	require.NoError(t, err)
+	_, ok := metertest.TakeSlot(t, c, time.Now(), "cc:probe", 1)
 	require.True(t, ok)
 }
 
@@ -479,7 +446,6 @@ func TestRedisCountersOneRoundTripEach(t *testing.T) {
 	}
 	amounts := []int64{10, 10, 10, 10, 10, 1}
 	states := make([]meter.BudgetState, len(budgets))
-	var lease meter.Lease
 	var r meter.Reservation
 	admission := &meter.Admission{Windows: ws, WindowOut: out, LeaseKey: "cc:k2", LeaseLimit: 10, Budgets: budgets, Amounts: amounts}
 	var admitted meter.AdmitResult
@@ -489,11 +455,6 @@ func TestRedisCountersOneRoundTripEach(t *testing.T) {
 	}{
 		{"Hit", func() error { _, err := c.Hit(ctx, now, ws, out); return err }},
 		{"PeekWindows", func() error { return c.PeekWindows(ctx, now, ws, out) }},
-		{"Acquire", func() error { var err error; lease, _, err = c.Acquire(ctx, now, "cc:k1", 10); return err }},
-		{"InFlight", func() error { _, err := c.InFlight(ctx, now, "cc:k1"); return err }},
-		{"Release", func() error { return c.Release(ctx, lease) }},
-		{"Reserve", func() error { _, err := c.Reserve(ctx, now, budgets, amounts, &r); return err }},
-		{"Settle", func() error { return c.Settle(ctx, &r, []int64{5, 5, 5, 5, 5, 1}) }},
 		{"Usage", func() error { return c.Usage(ctx, now, budgets, states) }},
 		{"Admit", func() error {
 			var err error
@@ -551,12 +512,10 @@ func TestRedisCountersAdmitSeedsThenOneRoundTrip(t *testing.T) {
 	before = client.n.Load()
 	require.NoError(t, c.Finish(ctx, res2.Lease, &r, []int64{0}))
 	require.Equal(t, int64(1), client.n.Load()-before)
-	n, err := c.InFlight(ctx, now, "cc:k1")
-	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
+	require.Equal(t, int64(1), metertest.InFlight(t, c, now, "cc:k1"))
 }
 
-// A slot Admit takes is renewed like one Acquire takes, and Finish stops
+// A slot Admit takes is renewed while it is held, and Finish stops
 // renewing it: a finished lease is neither brought back nor reported lost.
 func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
 	const ttl = 300 * time.Millisecond
@@ -566,11 +525,7 @@ func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
 	c := storage.NewRedisCounters(client, prefix, nil, slog.New(slog.NewJSONHandler(&logs, nil)), storage.WithLeaseTTL(ttl))
 	t.Cleanup(c.Close)
 	ctx := t.Context()
-	inFlight := func() int64 {
-		n, err := c.InFlight(ctx, time.Now(), "cc:k1")
-		require.NoError(t, err)
-		return n
-	}
+	inFlight := func() int64 { return metertest.InFlight(t, c, time.Now(), "cc:k1") }
 	a := &meter.Admission{LeaseKey: "cc:k1", LeaseLimit: 2}
 	res, err := c.Admit(ctx, time.Now(), a, new(meter.Reservation))
 	require.NoError(t, err)

@@ -48,28 +48,6 @@ func TestMemoryCountersAllocateNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		"AcquireRelease": func() {
-			l, ok, err := m.Acquire(ctx, now, "cc:k1", 4)
-			if err != nil || !ok {
-				t.Fatal(err, ok)
-			}
-			if err := m.Release(ctx, l); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"InFlight": func() {
-			if _, err := m.InFlight(ctx, now, "cc:k1"); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"ReserveSettle": func() {
-			if refused, err := m.Reserve(ctx, now, budgets, amounts, &r); err != nil || refused >= 0 {
-				t.Fatal(err, refused)
-			}
-			if err := m.Settle(ctx, &r, actual); err != nil {
-				t.Fatal(err)
-			}
-		},
 		"AdmitFinish": func() {
 			res, err := m.Admit(ctx, now, admission, &r)
 			if err != nil || res.Refused != meter.AdmitOK {

@@ -146,7 +146,7 @@ func runAdmission(t *testing.T, newCounters newCountersFunc) {
 		require.Equal(t, meter.AdmitConcurrency, admit(t, c, t0, a, &r).Refused, "a zero lease limit admits nobody")
 		require.Equal(t, int64(7), peek(t, c, t0, org)[0].Remaining)
 
-		require.NoError(t, c.Release(t.Context(), held))
+		release(t, c, held)
 		a = admission(wins(key), "cc:k1", 1, bs(keySpend), 100)
 		require.Equal(t, meter.AdmitOK, admit(t, c, t0, a, &r).Refused, "the slot freed admits the next")
 	})
@@ -213,11 +213,11 @@ func runAdmission(t *testing.T, newCounters newCountersFunc) {
 		require.Equal(t, int64(200), used(t, c, t0, keySpend))
 		require.Zero(t, inFlight(t, c, t0, "cc:k1"))
 
-		// Finish and the single calls mix: each step happens once.
+		// A settlement and a release in separate Finishes: each step happens once.
 		res = admit(t, c, t0, a, &r)
 		require.Equal(t, meter.AdmitOK, res.Refused)
 		settle(t, c, &r, 100)
-		require.NoError(t, c.Release(t.Context(), res.Lease))
+		release(t, c, res.Lease)
 		finish(t, c, res.Lease, &r, 0)
 		require.Equal(t, int64(300), used(t, c, t0, keySpend))
 		require.Zero(t, inFlight(t, c, t0, "cc:k1"))

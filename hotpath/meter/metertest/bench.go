@@ -10,8 +10,8 @@ import (
 	"github.com/edgegw/gateway/hotpath/meter"
 )
 
-// Bench runs the same benchmarks against any store: Hit, AcquireRelease,
-// AdmitFinish and ReserveSettle, each from parallel goroutines whose keys
+// Bench runs the same benchmarks against any store: Hit and AdmitFinish,
+// the calls a request makes, each from parallel goroutines whose keys
 // are partly their own and partly shared. parallelism sets
 // b.SetParallelism (a remote store wants many calls in flight, as a
 // gateway has); setup runs at the start of every sub-benchmark (to report
@@ -40,20 +40,6 @@ func Bench(b *testing.B, c meter.Counters, now time.Time, parallelism int, setup
 			}
 		}
 	})
-	run("AcquireRelease", func(b *testing.B, g int64, next func() bool) {
-		key := fmt.Sprintf("cc:k%d", g)
-		for next() {
-			l, ok, err := c.Acquire(ctx, now, key, 4)
-			if err != nil || !ok {
-				b.Error(err, ok)
-				return
-			}
-			if err := c.Release(ctx, l); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
 	actual := []int64{600, 600, 60, 60}
 	run("AdmitFinish", func(b *testing.B, g int64, next func() bool) {
 		a := BenchAdmission(g)
@@ -65,20 +51,6 @@ func Bench(b *testing.B, c meter.Counters, now time.Time, parallelism int, setup
 				return
 			}
 			if err := c.Finish(ctx, res.Lease, &r, actual); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	run("ReserveSettle", func(b *testing.B, g int64, next func() bool) {
-		a := BenchAdmission(g)
-		var r meter.Reservation
-		for next() {
-			if refused, err := c.Reserve(ctx, now, a.Budgets, a.Amounts, &r); err != nil || refused >= 0 {
-				b.Error(err, refused)
-				return
-			}
-			if err := c.Settle(ctx, &r, actual); err != nil {
 				b.Error(err)
 				return
 			}

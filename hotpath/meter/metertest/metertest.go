@@ -1,6 +1,9 @@
 // Package metertest is the contract every meter.Counters passes: the
 // in-process store and the Redis one run the same tests, so limits behave
-// the same with one gateway process or a fleet.
+// the same with one gateway process or a fleet. The suite reaches a store
+// only through the calls production makes (Hit, PeekWindows, Usage, Admit
+// and Finish): slots, reservations and settlements are all admissions and
+// finishes, so every rule it checks is checked on the path requests take.
 //
 // Time moves through the clock readings the suite passes, never by
 // waiting; every store must take its notion of "now" for windows and
@@ -34,7 +37,7 @@ var t0 = time.Date(2026, 3, 10, 12, 7, 0, 250_000_000, time.UTC)
 // Run runs the contract against stores newCounters makes, one per case.
 func Run(t *testing.T, newCounters func(t *testing.T, seeder meter.BudgetSeeder) meter.Counters) {
 	t.Run("Windows", func(t *testing.T) { runWindows(t, newCounters) })
-	t.Run("Leases", func(t *testing.T) { runLeases(t, newCounters) })
+	t.Run("Leases", func(t *testing.T) { runSlots(t, newCounters) })
 	t.Run("Budgets", func(t *testing.T) { runBudgets(t, newCounters) })
 	t.Run("Seeding", func(t *testing.T) { runSeeding(t, newCounters) })
 	t.Run("Admission", func(t *testing.T) { runAdmission(t, newCounters) })
@@ -216,19 +219,20 @@ func requireCallerError(t *testing.T, err error) {
 
 func acquire(t *testing.T, c meter.Counters, now time.Time, key string, limit int64) (meter.Lease, bool) {
 	t.Helper()
-	l, ok, err := c.Acquire(t.Context(), now, key, limit)
-	require.NoError(t, err)
-	return l, ok
+	return TakeSlot(t, c, now, key, limit)
+}
+
+func release(t *testing.T, c meter.Counters, l meter.Lease) {
+	t.Helper()
+	FreeSlot(t, c, l)
 }
 
 func inFlight(t *testing.T, c meter.Counters, now time.Time, key string) int64 {
 	t.Helper()
-	n, err := c.InFlight(t.Context(), now, key)
-	require.NoError(t, err)
-	return n
+	return InFlight(t, c, now, key)
 }
 
-func runLeases(t *testing.T, newCounters newCountersFunc) {
+func runSlots(t *testing.T, newCounters newCountersFunc) {
 	t.Run("LimitAndInFlight", func(t *testing.T) {
 		c := empty(t, newCounters)
 		require.Zero(t, inFlight(t, c, t0, "cc:k1"))
@@ -259,7 +263,7 @@ func runLeases(t *testing.T, newCounters newCountersFunc) {
 		require.True(t, ok)
 		_, ok = acquire(t, c, t0, "cc:k1", 2)
 		require.False(t, ok)
-		require.NoError(t, c.Release(t.Context(), a))
+		release(t, c, a)
 		require.Equal(t, int64(1), inFlight(t, c, t0, "cc:k1"))
 		_, ok = acquire(t, c, t0, "cc:k1", 2)
 		require.True(t, ok)
@@ -270,17 +274,17 @@ func runLeases(t *testing.T, newCounters newCountersFunc) {
 		a, _ := acquire(t, c, t0, "cc:k1", 2)
 		_, ok := acquire(t, c, t0, "cc:k1", 2)
 		require.True(t, ok)
-		require.NoError(t, c.Release(t.Context(), a))
-		require.NoError(t, c.Release(t.Context(), a))
+		release(t, c, a)
+		release(t, c, a)
 		require.Equal(t, int64(1), inFlight(t, c, t0, "cc:k1"))
 		_, ok = acquire(t, c, t0, "cc:k1", 2)
 		require.True(t, ok)
 		_, ok = acquire(t, c, t0, "cc:k1", 2)
 		require.False(t, ok, "releasing twice freed only one slot")
-		require.NoError(t, c.Release(t.Context(), a))
-		require.NoError(t, c.Release(t.Context(), meter.Lease{}))
-		require.NoError(t, c.Release(t.Context(), meter.Lease{Key: "cc:k1", ID: "not-a-lease"}))
-		require.NoError(t, c.Release(t.Context(), meter.Lease{Key: "cc:k2", ID: a.ID}), "a lease under another key")
+		release(t, c, a)
+		release(t, c, meter.Lease{})
+		release(t, c, meter.Lease{Key: "cc:k1", ID: "not-a-lease"})
+		release(t, c, meter.Lease{Key: "cc:k2", ID: a.ID}) // a lease under another key
 		require.Equal(t, int64(2), inFlight(t, c, t0, "cc:k1"))
 	})
 
@@ -292,58 +296,14 @@ func runLeases(t *testing.T, newCounters newCountersFunc) {
 		_, ok = acquire(t, c, later, "cc:k1", 1)
 		require.False(t, ok, "a live store keeps its leases: a long stream keeps its slot")
 		require.Equal(t, int64(1), inFlight(t, c, later, "cc:k1"))
-		require.NoError(t, c.Release(t.Context(), l))
+		release(t, c, l)
 		require.Zero(t, inFlight(t, c, later, "cc:k1"))
-	})
-
-	t.Run("ConcurrentAcquireNeverExceedsTheLimit", func(t *testing.T) {
-		c := empty(t, newCounters)
-		const limit = 10
-		var held, most, granted atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, 200)
-		for range 200 {
-			wg.Go(func() {
-				for range 10 {
-					l, ok, err := c.Acquire(context.Background(), t0, "cc:busy", limit)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if !ok {
-						continue
-					}
-					granted.Add(1)
-					n := held.Add(1)
-					for {
-						m := most.Load()
-						if n <= m || most.CompareAndSwap(m, n) {
-							break
-						}
-					}
-					time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-					held.Add(-1)
-					if err := c.Release(context.Background(), l); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
-		require.Positive(t, granted.Load())
-		require.LessOrEqual(t, most.Load(), int64(limit))
-		require.Zero(t, inFlight(t, c, t0, "cc:busy"), "every slot came back")
 	})
 }
 
 func reserve(t *testing.T, c meter.Counters, now time.Time, r *meter.Reservation, budgets []meter.Budget, amounts ...int64) int {
 	t.Helper()
-	refused, err := c.Reserve(t.Context(), now, budgets, amounts, r)
+	refused, err := Reserve(t.Context(), c, now, budgets, amounts, r)
 	require.NoError(t, err)
 	if refused >= 0 {
 		require.Zero(t, r.N, "a refused reservation holds nothing")
@@ -367,7 +327,7 @@ func used(t *testing.T, c meter.Counters, now time.Time, b meter.Budget) int64 {
 
 func settle(t *testing.T, c meter.Counters, r *meter.Reservation, actual ...int64) {
 	t.Helper()
-	require.NoError(t, c.Settle(t.Context(), r, actual))
+	require.NoError(t, Settle(t.Context(), c, r, actual))
 }
 
 func bs(b ...meter.Budget) []meter.Budget { return b }
@@ -473,7 +433,7 @@ func runBudgets(t *testing.T, newCounters newCountersFunc) {
 		errs := make(chan error, 400)
 		for g := range 200 {
 			wg.Go(func() {
-				refused, err := c.Reserve(context.Background(), t0, budgets, []int64{1000, 1000, 500}, &res[g])
+				refused, err := Reserve(context.Background(), c, t0, budgets, []int64{1000, 1000, 500}, &res[g])
 				if err != nil {
 					errs <- err
 					return
@@ -497,7 +457,7 @@ func runBudgets(t *testing.T, newCounters newCountersFunc) {
 		var settled [3]atomic.Int64
 		settleAll := func(r *meter.Reservation) {
 			a := []int64{rand.Int64N(1001), rand.Int64N(1001), rand.Int64N(501)}
-			if err := c.Settle(context.Background(), r, a); err != nil {
+			if err := Settle(context.Background(), c, r, a); err != nil {
 				errs <- err
 				return
 			}
@@ -511,7 +471,7 @@ func runBudgets(t *testing.T, newCounters newCountersFunc) {
 					settleAll(&res[g])
 				}
 				var r meter.Reservation
-				refused, err := c.Reserve(context.Background(), t0, budgets, []int64{1000, 1000, 500}, &r)
+				refused, err := Reserve(context.Background(), c, t0, budgets, []int64{1000, 1000, 500}, &r)
 				if err != nil {
 					errs <- err
 					return
@@ -600,21 +560,21 @@ func runBudgets(t *testing.T, newCounters newCountersFunc) {
 	t.Run("BadArguments", func(t *testing.T) {
 		c := empty(t, newCounters)
 		var r meter.Reservation
-		_, err := c.Reserve(t.Context(), t0, bs(keySpend), nil, &r)
+		_, err := Reserve(t.Context(), c, t0, bs(keySpend), nil, &r)
 		requireCallerError(t, err)
-		_, err = c.Reserve(t.Context(), t0, make([]meter.Budget, meter.MaxReservation+1), make([]int64, meter.MaxReservation+1), &r)
+		_, err = Reserve(t.Context(), c, t0, make([]meter.Budget, meter.MaxReservation+1), make([]int64, meter.MaxReservation+1), &r)
 		requireCallerError(t, err)
-		_, err = c.Reserve(t.Context(), t0, bs(keySpend), []int64{-1}, &r)
+		_, err = Reserve(t.Context(), c, t0, bs(keySpend), []int64{-1}, &r)
 		requireCallerError(t, err)
-		_, err = c.Reserve(t.Context(), t0, bs(meter.Budget{Kind: 99, Subject: "x"}), []int64{1}, &r)
+		_, err = Reserve(t.Context(), c, t0, bs(meter.Budget{Kind: 99, Subject: "x"}), []int64{1}, &r)
 		requireCallerError(t, err)
-		_, err = c.Reserve(t.Context(), t0, bs(meter.Budget{Kind: meter.BudgetKeySpend}), []int64{1}, &r)
+		_, err = Reserve(t.Context(), c, t0, bs(meter.Budget{Kind: meter.BudgetKeySpend}), []int64{1}, &r)
 		requireCallerError(t, err)
 		requireCallerError(t, c.Usage(t.Context(), t0, bs(keySpend), nil))
 		require.Equal(t, -1, reserve(t, c, t0, &r, bs(keySpend), 10))
-		requireCallerError(t, c.Settle(t.Context(), &r, nil))
-		requireCallerError(t, c.Settle(t.Context(), &r, []int64{-5}))
-		settle(t, c, &r, 5) // a refused Settle did not use the reservation up
+		requireCallerError(t, Settle(t.Context(), c, &r, nil))
+		requireCallerError(t, Settle(t.Context(), c, &r, []int64{-5}))
+		settle(t, c, &r, 5) // a refused Finish did not use the reservation up
 		require.Equal(t, int64(5), used(t, c, t0, keySpend))
 	})
 }
@@ -749,7 +709,7 @@ func runSeeding(t *testing.T, newCounters newCountersFunc) {
 		s.failKind(meter.BudgetCredits, errLedgerDown)
 		c := newCounters(t, s)
 		var r meter.Reservation
-		_, err := c.Reserve(t.Context(), t0, bs(keySpend, credits), []int64{10, 10}, &r)
+		_, err := Reserve(t.Context(), c, t0, bs(keySpend, credits), []int64{10, 10}, &r)
 		require.ErrorIs(t, err, meter.ErrCountersUnavailable)
 		require.Zero(t, r.N)
 		err = c.Usage(t.Context(), t0, bs(credits), make([]meter.BudgetState, 1))
@@ -772,7 +732,7 @@ func runSeeding(t *testing.T, newCounters newCountersFunc) {
 		for range 100 {
 			wg.Go(func() {
 				var r meter.Reservation
-				refused, err := c.Reserve(context.Background(), t0, bs(keySpend), []int64{10}, &r)
+				refused, err := Reserve(context.Background(), c, t0, bs(keySpend), []int64{10}, &r)
 				if err != nil {
 					errs <- err
 					return
