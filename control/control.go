@@ -38,9 +38,6 @@ type API struct {
 	// Limits is the enforcement state GET /api/v1/limits reads; nil leaves
 	// the route out.
 	Limits *meter.Limits
-	// PoolTiers are the tiers that draw on the token pools, blocked when
-	// a pool is spent.
-	PoolTiers []string
 	// SignIn configures device login, native OAuth and the approval page.
 	SignIn SignInConfig
 	// LoginLimiter paces the public sign-in routes per client address; nil

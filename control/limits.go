@@ -128,13 +128,13 @@ func (a *API) limits(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	add := func(b meter.Budget) int { budgets = append(budgets, b); return len(budgets) - 1 }
 	keyCap, wsCap, credits, monthly, burst, mira := -1, -1, -1, -1, -1, -1
 	if p.SpendCapMicros >= 0 {
-		keyCap = add(meter.Budget{Kind: meter.BudgetKeySpend, Subject: p.KeyID, Cap: p.SpendCapMicros * 1e6})
+		keyCap = add(meter.Budget{Kind: meter.BudgetKeySpend, Subject: p.KeyID, Cap: meter.PicoUSD(p.SpendCapMicros)})
 	}
 	if p.WorkspaceID != "" && p.WorkspaceCapMicros >= 0 {
-		wsCap = add(meter.Budget{Kind: meter.BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: p.WorkspaceCapMicros * 1e6})
+		wsCap = add(meter.Budget{Kind: meter.BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: meter.PicoUSD(p.WorkspaceCapMicros)})
 	}
 	if p.Kind == hotpath.KindHeadless {
-		credits = add(meter.Budget{Kind: meter.BudgetCredits, Subject: p.KeyID, Cap: p.CreditsCapMicros() * 1e6})
+		credits = add(meter.Budget{Kind: meter.BudgetCredits, Subject: p.KeyID, Cap: meter.PicoUSD(p.CreditsCapMicros())})
 	}
 	if meter.Subscription(p) {
 		monthly = add(meter.Budget{Kind: meter.BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly})
@@ -159,8 +159,8 @@ func (a *API) limits(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		v.WorkspaceSpendCap = money(wsCap)
 	}
 	if credits >= 0 {
-		granted := max(p.CreditsMicros, 0) * 1e6
-		v.Credits = &creditsView{Granted: usd(granted), Adjustment: usd(p.CreditsAdjustMicros * 1e6),
+		granted := meter.PicoUSD(max(p.CreditsMicros, 0))
+		v.Credits = &creditsView{Granted: usd(granted), Adjustment: usd(meter.PicoUSD(p.CreditsAdjustMicros)),
 			Used: usd(st[credits].Used), Remaining: usd(max(budgets[credits].Cap-st[credits].Used, 0))}
 	}
 	if monthly >= 0 {
@@ -177,10 +177,10 @@ func (a *API) limits(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		worst := max(pl.State(st[monthly].Used, pl.PoolMonthly), pl.State(st[burst].Used, pl.PoolBurst))
 		tp.State = worst.String()
 		if worst == meter.PoolBlocked {
-			tp.BlockedModels = append(tp.BlockedModels, a.PoolTiers...)
+			tp.BlockedModels = append(tp.BlockedModels, l.PooledTiers()...)
 		}
 		if pl.State(st[mira].Used, pl.MiraMonthlyRequests) == meter.PoolBlocked {
-			tp.BlockedModels = append(tp.BlockedModels, "mira")
+			tp.BlockedModels = append(tp.BlockedModels, l.RequestCappedTiers()...)
 		}
 		v.TokenPool = tp
 	}

@@ -86,9 +86,9 @@ type Principal struct {
 	// WorkspaceCapMicros is the key's workspace's monthly spend cap in
 	// micro-USD; -1 means none.
 	WorkspaceCapMicros int64
-	// Plan is the organization's subscription plan; empty selects the
+	// PlanName names the organization's subscription plan; empty selects the
 	// default plan.
-	Plan string
+	PlanName string
 	// ExpiresAt is the Unix time in seconds when the key stops working; 0 never.
 	ExpiresAt int64
 	// Revoked and Suspended are kept so that a refused key is answered from

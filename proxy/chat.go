@@ -376,9 +376,7 @@ func (t *turn) account(r *hotpath.UsageRecord) {
 		b := &t.bill
 		r.InputTokens, r.OutputTokens, r.CostPico = b.InputTokens, b.OutputTokens, b.AmountPico
 		r.Estimated = t.estimated
-		if l := t.ch.cfg.Limits; l != nil {
-			r.WeightedTokens = l.Weighted(t.principal, b.Tier, b.InputTokens+b.OutputTokens)
-		}
+		r.WeightedTokens = t.charge.Weighted(b.InputTokens + b.OutputTokens)
 	}
 	r.TTFTUS = t.ttft.Microseconds()
 }
@@ -406,9 +404,7 @@ func (t *turn) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 	if t.counted {
 		in = int64(t.count)
 	}
-	prices := &t.up.Tier.Prices
-	maxCost := in*prices.InputPerM + t.plan.MaxTokens*prices.OutputPerM
-	l.PlanCharge(&t.charge, c.User, t.up.Tier.Name, maxCost, in+t.plan.MaxTokens)
+	l.FillCharge(&t.charge, c.User, t.up.Tier, in, t.plan.MaxTokens)
 	st, metered, refusal := l.AdmitChat(context.Background(), c.Start, c.User, &t.charge)
 	t.rateShown = true
 	if metered {

@@ -112,7 +112,7 @@ func testPlan(edit func(*meter.Plan)) meter.Plan {
 func newLimits(t testing.TB, c meter.Counters, plan meter.Plan) *meter.Limits {
 	t.Helper()
 	plan.Name = "default"
-	l, err := meter.NewLimits(c, []meter.Plan{plan}, "default", nil)
+	l, err := meter.NewLimits(meter.LimitsConfig{Counters: c, Plans: []meter.Plan{plan}, DefaultPlan: "default", Tiers: hotpath.DefaultTiers()})
 	require.NoError(t, err)
 	return l
 }

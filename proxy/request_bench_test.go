@@ -77,7 +77,7 @@ func metered(t testing.TB) func(*fixtureOptions) {
 	c := meter.NewMemoryCounters(meter.NoSeeder{})
 	plan := meter.DefaultPlan()
 	plan.RequestsPerMinute, plan.OrgRequestsPerMinute = 1<<40, 1<<40
-	l, err := meter.NewLimits(c, []meter.Plan{plan}, plan.Name, nil)
+	l, err := meter.NewLimits(meter.LimitsConfig{Counters: c, Plans: []meter.Plan{plan}, DefaultPlan: plan.Name, Tiers: hotpath.DefaultTiers()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/hotpath/tokens"
 )
 
@@ -275,7 +276,7 @@ func (t *turn) settleBill(u *codec.Usage, has bool, delivered ...[]byte) {
 			b.OutputTokens += int64(countLiterals(d))
 		}
 	}
-	b.Price()
+	b.AmountPico = meter.Cost(&tier.Prices, b.InputTokens, b.CacheReadTokens, b.OutputTokens)
 	m := &t.up.meter
 	m.input.Add(int(b.InputTokens))
 	m.output.Add(int(b.OutputTokens))

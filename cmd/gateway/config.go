@@ -84,10 +84,10 @@ type settings struct {
 	Tiers     []hotpath.Tier
 	Bindings  map[string]binding
 	Providers map[string]providerConfig
-	// Plans, DefaultPlan and PoolWeights configure limits (plans_config.go).
+	// Plans and DefaultPlan configure limits (plans_config.go); how each
+	// tier meters is in Tiers (pool_weight).
 	Plans       []meter.Plan
 	DefaultPlan string
-	PoolWeights map[string]int64
 	// SignIn configures device login and native OAuth (signin_config.go).
 	SignIn signInSettings
 }
@@ -162,7 +162,7 @@ func loadSettings(path string) (settings, error) {
 				if *tc.PoolWeight < 0 {
 					return st, fmt.Errorf("config tiers.%s.pool_weight: must not be negative", name)
 				}
-				st.PoolWeights[name] = *tc.PoolWeight
+				tiers[i].PoolWeight = *tc.PoolWeight
 			}
 		}
 		if err := st.applyPlans(fc); err != nil {

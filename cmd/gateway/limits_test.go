@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/hotpath/meter"
+	"github.com/edgegw/gateway/hotpath/meter/metertest"
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
@@ -207,7 +208,7 @@ func TestSpentPoolsShowAndRefuse(t *testing.T) {
 	token, orgID := key["access_token"].(string), org["id"].(string)
 
 	var res meter.Reservation
-	refused, err := ta.limits.Counters().Reserve(context.Background(), time.Now(),
+	refused, err := metertest.Reserve(context.Background(), ta.limits.Counters(), time.Now(),
 		[]meter.Budget{{Kind: meter.BudgetPoolMonthly, Subject: orgID, Cap: 1_000_000}}, []int64{1_000_000}, &res)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)

@@ -375,7 +375,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		rc := storage.NewRedisCounters(a.redis, "gw:", a.ledger, log)
 		a.counters, counters = rc, rc
 	}
-	limits, err := meter.NewLimits(counters, st.Plans, st.DefaultPlan, st.PoolWeights)
+	limits, err := meter.NewLimits(meter.LimitsConfig{Counters: counters, Plans: st.Plans, DefaultPlan: st.DefaultPlan, Tiers: tiers})
 	if err != nil {
 		a.shutdown()
 		return nil, fmt.Errorf("config: %w", err)
@@ -416,7 +416,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	chat.Register(rt)
 	a.chat = chat
 	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit(), SignIn: st.SignIn,
-		Limits: limits, PoolTiers: st.poolTiers()}
+		Limits: limits}
 	a.api.Register(rt)
 
 	// A connection whose stream completed serves the client's next request.
