@@ -323,8 +323,8 @@ type Charge struct {
 	poolIdx    [2]int8 // monthly, burst
 	requestIdx int8    // the monthly request allowance
 	weight     int64   // the tier's pool weight, 0 when the pools are not drawn on
-	lease    Lease
-	admitted bool
+	lease      Lease
+	admitted   bool
 }
 
 func (ch *Charge) add(b Budget, amount int64) int8 {
