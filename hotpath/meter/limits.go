@@ -33,7 +33,8 @@ type Plan struct {
 	// in weighted tokens: a calendar-month cap and a trailing 12-hour cap.
 	PoolMonthly int64
 	PoolBurst   int64
-	// MiraMonthlyRequests caps requests served by the mira tier in a
+	// MiraMonthlyRequests caps requests served by the request-capped tiers
+	// (Tier.RequestCapped: mira by default) in a
 	// calendar month (subscription bucket).
 	MiraMonthlyRequests int64
 	// LowPercent is the share of a pool left at which it is reported low
