@@ -171,12 +171,12 @@ func (ch *Chat) Register(rt *Router) {
 	})
 }
 
-// wire is the envelope the route answers errors in.
-func (w ChatWire) wire() Wire {
+// envelope is the error envelope the route answers in.
+func (w ChatWire) envelope() Envelope {
 	if w == ChatOpenAI {
-		return WireOpenAI
+		return EnvelopeOpenAI
 	}
-	return WireAPI
+	return EnvelopeAPI
 }
 
 // routeName is the wire's route name in metrics, logs and the ledger.
@@ -196,7 +196,7 @@ type turn struct {
 	ch        *Chat
 	wire      ChatWire
 	req       codec.ChatRequest
-	plan      Plan
+	intent    Intent
 	up        *Upstream
 	routing   codec.Routing
 	head      codec.Head
@@ -337,7 +337,7 @@ func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire ChatWire) 
 			return
 		}
 		t.account(&c.Usage)
-		t.admitted()
+		t.finishAdmission()
 		releaseTurn(t)
 		ch.gate.Release()
 	}()
@@ -381,9 +381,9 @@ func (t *turn) account(r *hotpath.UsageRecord) {
 	r.TTFTUS = t.ttft.Microseconds()
 }
 
-// admitted settles the turn's budgets to what it really cost and gives its
+// finishAdmission settles the turn's budgets to what it really cost and gives its
 // concurrency slot back. Every ending passes here exactly once.
-func (t *turn) admitted() {
+func (t *turn) finishAdmission() {
 	l := t.ch.cfg.Limits
 	if l == nil {
 		return
@@ -404,7 +404,7 @@ func (t *turn) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 	if t.counted {
 		in = int64(t.count)
 	}
-	l.FillCharge(&t.charge, c.User, t.up.Tier, in, t.plan.MaxTokens)
+	l.FillCharge(&t.charge, c.User, t.up.Tier, in, t.intent.MaxTokens)
 	st, metered, refusal := l.AdmitChat(context.Background(), c.Start, c.User, &t.charge)
 	t.rateShown = true
 	if metered {
@@ -424,13 +424,13 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if cerr := codec.DecodeRequest(body, &t.req); cerr != nil {
 		return false, cerr
 	}
-	plan, cerr := ValidateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
+	intent, cerr := ValidateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
 	if cerr != nil {
 		return false, cerr
 	}
-	t.plan = plan
+	t.intent = intent
 	t.bound, t.images = promptBound(&t.req), hasImages(&t.req)
-	if l := t.ch.cfg.Limits; l != nil && plan.Auto {
+	if l := t.ch.cfg.Limits; l != nil && intent.Auto {
 		t.poolsLow = l.PoolsLow(context.Background(), c.Start, c.User)
 	}
 	if cerr := t.route(c.User); cerr != nil {
@@ -471,7 +471,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	upReq := fasthttp.AcquireRequest()
 	if err := t.buildUpstreamRequest(upReq); err != nil {
 		fasthttp.ReleaseRequest(upReq)
-		abandon(ctx, claim)
+		abandon(claim)
 		return false, err
 	}
 	if t.req.Stream {
@@ -506,7 +506,7 @@ const maxIdempotencyKey = 255
 // never derived from the fasthttp RequestCtx, which is recycled.
 const idempotencyTimeout = 2 * time.Second
 
-func abandon(_ *fasthttp.RequestCtx, claim hotpath.Claim) {
+func abandon(claim hotpath.Claim) {
 	if claim != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), idempotencyTimeout)
 		_ = claim.Abandon(ctx)
@@ -560,7 +560,7 @@ func (t *turn) buildUpstreamRequest(r *fasthttp.Request) error {
 	}
 	ur := upstreamRequest{
 		Model: up.cfg.Model, Messages: msgs, Stream: t.req.Stream, Temperature: t.req.Temperature, TopP: t.req.TopP,
-		MaxTokens: t.plan.MaxTokens, Tools: t.req.Tools, ResponseFormat: t.req.ResponseFormat,
+		MaxTokens: t.intent.MaxTokens, Tools: t.req.Tools, ResponseFormat: t.req.ResponseFormat,
 	}
 	if tc := trimJSONSpace(t.req.ToolChoice); len(tc) > 0 && !isJSONNull(tc) && len(t.req.Tools) > 0 {
 		// Without tools the only valid choices, none and auto, mean what
@@ -732,7 +732,7 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	if cerr := t.exchange(t.up.plain, req, resp, time.Now().Add(t.up.Tier.Deadline), false); cerr != nil {
-		abandon(ctx, claim)
+		abandon(claim)
 		return cerr
 	}
 	var c codec.Completion
@@ -740,7 +740,7 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		// An unreadable answer is an upstream failure like a 5xx; nothing
 		// reached the client, so it is answered in the 503 family.
 		t.up.Breaker.FailureOf(requestKey(req))
-		abandon(ctx, claim)
+		abandon(claim)
 		return t.retryAfter(errOverloaded, 0)
 	}
 	t.up.Breaker.Success()
@@ -750,7 +750,7 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	}
 	t.settleBill(&c.Usage, c.HasUsage, c.Content, c.Reasoning)
 	if cerr := t.checkStructured(c.Content); cerr != nil {
-		abandon(ctx, claim) // billed, and a retry may pass: nothing is stored
+		abandon(claim) // billed, and a retry may pass: nothing is stored
 		return cerr
 	}
 	t.out = t.out[:0]
@@ -807,15 +807,15 @@ func finishReason(raw []byte, calledTools bool) string {
 }
 
 func (t *turn) checkStructured(content []byte) *codec.Error {
-	if t.plan.Schema == nil && !t.plan.JSONObject {
+	if t.intent.Schema == nil && !t.intent.JSONObject {
 		return nil
 	}
 	text, ok := unquote(content)
 	if !ok {
 		text = nil
 	}
-	if t.plan.Schema != nil {
-		return t.plan.Schema.Check(text)
+	if t.intent.Schema != nil {
+		return t.intent.Schema.Check(text)
 	}
 	return CheckJSONObject(text)
 }

@@ -102,7 +102,7 @@ func (e *Edge) newRouteMetrics(name string) *routeMetrics {
 
 // Wrap returns the fasthttp handler for one route. Metrics are registered
 // here, once, never looked up per request.
-func (e *Edge) Wrap(method string, a hotpath.Access, wire Wire, h Handler) fasthttp.RequestHandler {
+func (e *Edge) Wrap(method string, a hotpath.Access, wire Envelope, h Handler) fasthttp.RequestHandler {
 	end := &routeEnd{e: e, m: e.newRouteMetrics(a.Name), a: a, method: method}
 	return func(ctx *fasthttp.RequestCtx) {
 		c := hotpath.AcquireCall()
@@ -284,7 +284,7 @@ func pinVersion(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 
 // writeError answers err in the route's envelope. Errors that are not
 // *codec.Error are logged with the request id and answered internal_error.
-func (e *Edge) writeError(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire Wire, err error) {
+func (e *Edge) writeError(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire Envelope, err error) {
 	var cerr *codec.Error
 	if !errors.As(err, &cerr) {
 		e.log.Error("request failed", "request_id", c.IDString(), "err", err)
@@ -304,11 +304,11 @@ func (e *Edge) countError(c *hotpath.Call, cerr *codec.Error) {
 
 // WriteError writes cerr as the whole response in the wire's envelope, with
 // the headers its code calls for.
-func WriteError(ctx *fasthttp.RequestCtx, wire Wire, cerr *codec.Error, requestID []byte) {
+func WriteError(ctx *fasthttp.RequestCtx, wire Envelope, cerr *codec.Error, requestID []byte) {
 	writeError(&ctx.Response, wire, cerr, requestID)
 }
 
-func writeError(resp *fasthttp.Response, wire Wire, cerr *codec.Error, requestID []byte) {
+func writeError(resp *fasthttp.Response, wire Envelope, cerr *codec.Error, requestID []byte) {
 	status := cerr.Status()
 	resp.ResetBody()
 	resp.SetStatusCode(status)
@@ -321,7 +321,7 @@ func writeError(resp *fasthttp.Response, wire Wire, cerr *codec.Error, requestID
 		resp.Header.SetBytesV(headerRetryAfter, appendInt(b[:0], cerr.Detail.RetryAfter))
 	}
 	b := bytebufferpool.Get()
-	if wire == WireOpenAI {
+	if wire == EnvelopeOpenAI {
 		b.B = codec.AppendOpenAIError(b.B, cerr)
 	} else {
 		b.B = codec.AppendV1Error(b.B, cerr, requestID)

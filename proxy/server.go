@@ -177,7 +177,7 @@ func (e *Edge) refuse(ctx *fasthttp.RequestCtx, cerr *codec.Error, close bool) {
 	var v [10]byte
 	ctx.Response.Header.SetBytesV(HeaderVersion, codec.CurrentVersion.AppendTo(v[:0]))
 	e.errors[cerr.Code].Inc()
-	WriteError(ctx, wireOf(string(ctx.Path())), cerr, rid)
+	WriteError(ctx, envelopeOf(string(ctx.Path())), cerr, rid)
 	if close {
 		ctx.SetConnectionClose()
 	}

@@ -136,7 +136,7 @@ func (t *turn) callGuarded(req *fasthttp.Request, resp *fasthttp.Response) (cerr
 // body has its length, so the connection can serve the client's next
 // request.
 func (t *turn) refuse(conn net.Conn, head *fasthttp.Response, cerr *codec.Error, owned bool) {
-	writeError(head, t.wire.wire(), cerr, t.requestID)
+	writeError(head, t.wire.envelope(), cerr, t.requestID)
 	if t.lastConn {
 		head.Header.SetConnectionClose()
 	}
@@ -214,7 +214,7 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 		}
 		next = kc
 	}
-	t.admitted()
+	t.finishAdmission()
 	c := t.hcall
 	t.account(&c.Usage)
 	c.Ender.End(c, status, cerr)
@@ -366,7 +366,7 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 		}
 		if n > 0 && !t.gone {
 			sc.Commit(n)
-			if !t.drain(w, sc, &chunk, &st) || !t.keepQuiet(w, time.Now()) {
+			if !t.relayRead(w, sc, &chunk, &st) || !t.keepQuiet(w, time.Now()) {
 				t.gone = true
 			}
 			if t.cw == nil && !t.flushPending(w) {
@@ -444,11 +444,11 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	return t.flush(w)
 }
 
-// drain turns every complete upstream event of one read into client frames,
+// relayRead turns every complete upstream event of one read into client frames,
 // which wait in t.out: they go out together, as one write, when the
 // upstream has nothing more for the moment (flushPending, called before the
 // next upstream read would wait). It returns false when the client is gone.
-func (t *turn) drain(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chunk, st *streamState) bool {
+func (t *turn) relayRead(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chunk, st *streamState) bool {
 	for {
 		ev, ok, err := sc.Next()
 		if err != nil {

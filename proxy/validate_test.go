@@ -95,7 +95,7 @@ type validateCase struct {
 	code    codec.Code // 0: accepted
 	msg     string     // a substring of the refusal's message
 	detail  codec.Detail
-	check   func(t *testing.T, p Plan) // for accepted requests
+	check   func(t *testing.T, p Intent) // for accepted requests
 	anyWire bool                       // run the case on all three wires
 }
 
@@ -128,16 +128,16 @@ func runValidateCases(t *testing.T, cases []validateCase) {
 				if version == 0 {
 					version = codec.CurrentVersion
 				}
-				plan, cerr := ValidateChat(req, wire, tiers, key, version, tc.pinned)
+				intent, cerr := ValidateChat(req, wire, tiers, key, version, tc.pinned)
 				if tc.code == 0 {
 					require.Nil(t, cerr, "unexpected refusal")
 					if tc.check != nil {
-						tc.check(t, plan)
+						tc.check(t, intent)
 					}
 					return
 				}
 				require.NotNil(t, cerr, "expected %s", tc.code)
-				require.Equal(t, Plan{}, plan, "a refusal plans nothing")
+				require.Equal(t, Intent{}, intent, "a refusal intends nothing")
 				require.Equal(t, tc.code.String(), cerr.Code.String(), "message: %s", cerr.Message)
 				require.Equal(t, tc.code.Status(), cerr.Status())
 				require.Contains(t, cerr.Message, tc.msg)
@@ -159,13 +159,13 @@ func TestValidateModel(t *testing.T) {
 		{name: "tier not configured", body: `{"model":"mira","messages":[{"role":"user","content":"hi"}]}`, tiers: kaviOnly,
 			code: codec.CodeInvalidRequest, msg: "model:"},
 		{name: "explicit tier", body: `{"model":"kavi","messages":[{"role":"user","content":"hi"}]}`, anyWire: true,
-			check: func(t *testing.T, p Plan) {
+			check: func(t *testing.T, p Intent) {
 				require.NotNil(t, p.Tier)
 				require.Equal(t, "kavi", p.Tier.Name)
 				require.False(t, p.Auto)
 			}},
 		{name: "auto", body: `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, anyWire: true,
-			check: func(t *testing.T, p Plan) {
+			check: func(t *testing.T, p Intent) {
 				require.Nil(t, p.Tier)
 				require.True(t, p.Auto)
 			}},
@@ -173,7 +173,7 @@ func TestValidateModel(t *testing.T) {
 			code: codec.CodeModelNotAllowed, msg: "model: this key may not use kavi"},
 		{name: "allowlist admits tier", body: `{"model":"mira","messages":[{"role":"user","content":"hi"}]}`, key: miraOnlyKey},
 		{name: "allowlisted key may use auto", body: `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, key: miraOnlyKey,
-			check: func(t *testing.T, p Plan) { require.True(t, p.Auto) }},
+			check: func(t *testing.T, p Intent) { require.True(t, p.Auto) }},
 		{name: "auto with no allowed tier configured", body: `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, key: miraOnlyKey, tiers: kaviOnly,
 			code: codec.CodeModelNotAllowed, msg: "model:"},
 	})
@@ -265,8 +265,8 @@ func TestValidateFileIDs(t *testing.T) {
 }
 
 func TestValidateMemoryAndRules(t *testing.T) {
-	switches := func(recall, capture, rules bool) func(*testing.T, Plan) {
-		return func(t *testing.T, p Plan) {
+	switches := func(recall, capture, rules bool) func(*testing.T, Intent) {
+		return func(t *testing.T, p Intent) {
 			require.Equal(t, [3]bool{recall, capture, rules}, [3]bool{p.MemoryRecall, p.MemoryCapture, p.Rules},
 				"recall, capture, rules")
 		}
@@ -303,8 +303,8 @@ func TestValidateMemoryAndRules(t *testing.T) {
 }
 
 func TestValidateNumbers(t *testing.T) {
-	maxTokens := func(want int64) func(*testing.T, Plan) {
-		return func(t *testing.T, p Plan) { require.Equal(t, want, p.MaxTokens) }
+	maxTokens := func(want int64) func(*testing.T, Intent) {
+		return func(t *testing.T, p Intent) { require.Equal(t, want, p.MaxTokens) }
 	}
 	runValidateCases(t, []validateCase{
 		{name: "temperature below 0", body: chatBody(`,"temperature":-0.1`), anyWire: true,
@@ -334,8 +334,8 @@ func TestValidateNumbers(t *testing.T) {
 }
 
 func TestValidateEffort(t *testing.T) {
-	effort := func(want hotpath.Effort, set bool) func(*testing.T, Plan) {
-		return func(t *testing.T, p Plan) {
+	effort := func(want hotpath.Effort, set bool) func(*testing.T, Intent) {
+		return func(t *testing.T, p Intent) {
 			require.Equal(t, want, p.Effort)
 			require.Equal(t, set, p.EffortSet)
 		}
@@ -355,7 +355,7 @@ func TestValidateEffort(t *testing.T) {
 }
 
 func TestValidateTools(t *testing.T) {
-	hasTools := func(t *testing.T, p Plan) { require.True(t, p.HasTools) }
+	hasTools := func(t *testing.T, p Intent) { require.True(t, p.HasTools) }
 	bound := func(name string, limit int64) codec.Detail {
 		return codec.Detail{Bound: name, Limit: limit, HasLimit: true}
 	}
@@ -363,7 +363,7 @@ func TestValidateTools(t *testing.T) {
 		{name: "function tool", body: toolsBody(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`), anyWire: true, check: hasTools},
 		{name: "no parameters", body: chatBody(`,"tools":[{"type":"function","function":{"name":"now","description":"time"}}]`), check: hasTools},
 		{name: "null parameters", body: toolsBody(`null`), check: hasTools},
-		{name: "no tools", body: chatBody(``), check: func(t *testing.T, p Plan) { require.False(t, p.HasTools) }},
+		{name: "no tools", body: chatBody(``), check: func(t *testing.T, p Intent) { require.False(t, p.HasTools) }},
 		{name: "other type", body: chatBody(`,"tools":[{"type":"retrieval","function":{"name":"f"}}]`), anyWire: true,
 			code: codec.CodeInvalidRequest, msg: "tools[0].type: must be function"},
 		{name: "missing name", body: chatBody(`,"tools":[{"type":"function","function":{}}]`),
@@ -424,7 +424,7 @@ func TestValidateToolChoice(t *testing.T) {
 }
 
 func TestValidateResponseFormat(t *testing.T) {
-	compiled := func(t *testing.T, p Plan) {
+	compiled := func(t *testing.T, p Intent) {
 		require.NotNil(t, p.Schema)
 		require.False(t, p.JSONObject)
 	}
@@ -433,9 +433,9 @@ func TestValidateResponseFormat(t *testing.T) {
 	}
 	cases := []validateCase{
 		{name: "text", body: chatBody(`,"response_format":{"type":"text"}`), anyWire: true,
-			check: func(t *testing.T, p Plan) { require.Nil(t, p.Schema); require.False(t, p.JSONObject) }},
+			check: func(t *testing.T, p Intent) { require.Nil(t, p.Schema); require.False(t, p.JSONObject) }},
 		{name: "json_object", body: chatBody(`,"response_format":{"type":"json_object"}`), anyWire: true,
-			check: func(t *testing.T, p Plan) { require.Nil(t, p.Schema); require.True(t, p.JSONObject) }},
+			check: func(t *testing.T, p Intent) { require.Nil(t, p.Schema); require.True(t, p.JSONObject) }},
 		{name: "json_schema", body: schemaBody(`{"type":"object","properties":{"answer":{"type":"string"},"score":{"type":"number","minimum":0}},"required":["answer"],"additionalProperties":false}`),
 			anyWire: true, check: compiled},
 		{name: "json_schema with refs", body: schemaBody(`{"$defs":{"item":{"type":"string"}},"definitions":{"n":{"type":"integer"}},"type":"object","properties":{"a":{"$ref":"#/$defs/item"},"b":{"$ref":"#/definitions/n"},"c":{"type":["string","null"],"nullable":true}}}`),
@@ -539,10 +539,10 @@ func TestIgnoredOpenAIFields(t *testing.T) {
 			require.NotNil(t, req.StreamOptions)
 			require.True(t, req.StreamOptions.IncludeUsage)
 			require.Nil(t, req.MaxTokens, "max_completion_tokens is not max_tokens")
-			plan, cerr := ValidateChat(req, wire, hotpath.DefaultTiers(), devKey, codec.CurrentVersion, false)
+			intent, cerr := ValidateChat(req, wire, hotpath.DefaultTiers(), devKey, codec.CurrentVersion, false)
 			require.Nil(t, cerr)
-			require.Equal(t, "mira", plan.Tier.Name)
-			require.Equal(t, int64(2048), plan.MaxTokens)
+			require.Equal(t, "mira", intent.Tier.Name)
+			require.Equal(t, int64(2048), intent.MaxTokens)
 		})
 	}
 }
@@ -555,17 +555,17 @@ func TestCheckStructuredSupport(t *testing.T) {
 		name     string
 		tier     *hotpath.Tier
 		supports bool
-		plan     Plan
+		intent     Intent
 		refused  bool
 	}{
-		{name: "schema on a tier without constrained decoding", tier: tier, plan: Plan{Schema: schema}, refused: true},
-		{name: "json_object on a tier without constrained decoding", tier: tier, plan: Plan{JSONObject: true}, refused: true},
-		{name: "unknown tier", plan: Plan{JSONObject: true}, refused: true},
-		{name: "schema on a tier with it", tier: tier, supports: true, plan: Plan{Schema: schema}},
-		{name: "text on a tier without it", tier: tier, plan: Plan{}},
+		{name: "schema on a tier without constrained decoding", tier: tier, intent: Intent{Schema: schema}, refused: true},
+		{name: "json_object on a tier without constrained decoding", tier: tier, intent: Intent{JSONObject: true}, refused: true},
+		{name: "unknown tier", intent: Intent{JSONObject: true}, refused: true},
+		{name: "schema on a tier with it", tier: tier, supports: true, intent: Intent{Schema: schema}},
+		{name: "text on a tier without it", tier: tier, intent: Intent{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cerr := CheckStructuredSupport(tc.tier, tc.supports, tc.plan)
+			cerr := CheckStructuredSupport(tc.tier, tc.supports, tc.intent)
 			if !tc.refused {
 				require.Nil(t, cerr)
 				return
