@@ -157,34 +157,34 @@ func (ch *Chat) Register(rt *Router) {
 	// Chat counts in the request window as part of its admission, in one
 	// step with its concurrency slot and budgets.
 	a := hotpath.Access{Auth: hotpath.AuthUser, Family: hotpath.FamilyChat, Billable: true, Rate: hotpath.RateByHandler}
-	a.Name = ChatV1.routeName()
+	a.Name = chatV1.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/api/v1/chat", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
-		return ch.serve(ctx, c, ChatV1)
+		return ch.serve(ctx, c, chatV1)
 	})
-	a.Name = ChatV2.routeName()
+	a.Name = chatV2.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/api/v2/chat", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
-		return ch.serve(ctx, c, ChatV2)
+		return ch.serve(ctx, c, chatV2)
 	})
-	a.Name = ChatOpenAI.routeName()
+	a.Name = chatOpenAI.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/v1/chat/completions", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
-		return ch.serve(ctx, c, ChatOpenAI)
+		return ch.serve(ctx, c, chatOpenAI)
 	})
 }
 
 // envelope is the error envelope the route answers in.
-func (w ChatWire) envelope() Envelope {
-	if w == ChatOpenAI {
+func (w chatWire) envelope() Envelope {
+	if w == chatOpenAI {
 		return EnvelopeOpenAI
 	}
 	return EnvelopeAPI
 }
 
 // routeName is the wire's route name in metrics, logs and the ledger.
-func (w ChatWire) routeName() string {
+func (w chatWire) routeName() string {
 	switch w {
-	case ChatV1:
+	case chatV1:
 		return "chat_v1"
-	case ChatV2:
+	case chatV2:
 		return "chat_v2"
 	}
 	return "chat_openai"
@@ -194,9 +194,9 @@ func (w ChatWire) routeName() string {
 // it streams, so everything it keeps is its own copy.
 type turn struct {
 	ch        *Chat
-	wire      ChatWire
+	wire      chatWire
 	req       codec.ChatRequest
-	intent    Intent
+	intent    chatIntent
 	up        *Upstream
 	routing   codec.Routing
 	head      codec.Head
@@ -320,7 +320,7 @@ var errConcurrency = &codec.Error{Code: codec.CodeRateLimited,
 	Message: "Too many chat requests in flight; retry in a moment.",
 	Detail:  codec.Detail{Reason: "concurrency", RetryAfter: 1}}
 
-func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire ChatWire) (err error) {
+func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire chatWire) (err error) {
 	if !ch.gate.TryAcquire() {
 		ch.peekRate(ctx, c, errConcurrency)
 		return errConcurrency
@@ -362,7 +362,7 @@ func (ch *Chat) peekRate(ctx *fasthttp.RequestCtx, c *hotpath.Call, err error) {
 		return
 	}
 	if st, metered, _ := l.Hit(context.Background(), c.Start, c.User, hotpath.RatePeek); metered {
-		SetRateHeaders(ctx, st)
+		setRateHeaders(ctx, st)
 	}
 }
 
@@ -408,7 +408,7 @@ func (t *turn) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 	st, metered, refusal := l.AdmitChat(context.Background(), c.Start, c.User, &t.charge)
 	t.rateShown = true
 	if metered {
-		SetRateHeaders(ctx, st)
+		setRateHeaders(ctx, st)
 	}
 	return refusal
 }
@@ -424,7 +424,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if cerr := codec.DecodeRequest(body, &t.req); cerr != nil {
 		return false, cerr
 	}
-	intent, cerr := ValidateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
+	intent, cerr := validateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
 	if cerr != nil {
 		return false, cerr
 	}
@@ -446,7 +446,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	t.gw = codec.AppendGW(t.gw[:0], t.requestID, &t.routing)
 
 	var claim hotpath.Claim
-	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire == ChatOpenAI && !t.req.Stream && t.ch.cfg.Idempotency != nil {
+	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire == chatOpenAI && !t.req.Stream && t.ch.cfg.Idempotency != nil {
 		if len(key) > maxIdempotencyKey {
 			return false, errIdempotencyKeyTooLong
 		}
@@ -745,7 +745,7 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	}
 	t.up.Breaker.Success()
 	t.answer = codec.Answer{Content: c.Content, ToolCalls: c.ToolCalls, Finish: finishReason(c.FinishReason, c.ToolCalls != nil)}
-	if t.wire == ChatV2 && t.reasons() {
+	if t.wire == chatV2 && t.reasons() {
 		t.answer.Reasoning = c.Reasoning
 	}
 	t.settleBill(&c.Usage, c.HasUsage, c.Content, c.Reasoning)
@@ -755,9 +755,9 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	}
 	t.out = t.out[:0]
 	switch t.wire {
-	case ChatV1:
+	case chatV1:
 		t.out = codec.AppendV1Completion(t.out, &t.head, &t.answer, &t.bill, t.gw)
-	case ChatV2:
+	case chatV2:
 		t.out = codec.AppendV2Completion(t.out, &t.head, &t.answer, &t.bill, t.requestID, &t.routing)
 	default:
 		t.out = codec.AppendOpenAICompletion(t.out, &t.head, &t.answer, &t.bill)
@@ -817,7 +817,7 @@ func (t *turn) checkStructured(content []byte) *codec.Error {
 	if t.intent.Schema != nil {
 		return t.intent.Schema.Check(text)
 	}
-	return CheckJSONObject(text)
+	return checkJSONObject(text)
 }
 
 // unquote decodes a raw JSON string literal.

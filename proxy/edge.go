@@ -29,7 +29,7 @@ type Handler func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error
 
 // Header names the edge reads and writes.
 const (
-	HeaderRequestID       = "X-Request-Id"
+	headerRequestID       = "X-Request-Id"
 	HeaderVersion         = "Gateway-Version"
 	HeaderAuthorization   = "Authorization"
 	headerWWWAuthenticate = "WWW-Authenticate"
@@ -107,8 +107,8 @@ func (e *Edge) Wrap(method string, a hotpath.Access, wire Envelope, h Handler) f
 	return func(ctx *fasthttp.RequestCtx) {
 		c := hotpath.AcquireCall()
 		c.Start, c.Ender = time.Now(), end
-		c.SetID(ctx.Request.Header.Peek(HeaderRequestID))
-		ctx.Response.Header.SetBytesV(HeaderRequestID, c.ID())
+		c.SetID(ctx.Request.Header.Peek(headerRequestID))
+		ctx.Response.Header.SetBytesV(headerRequestID, c.ID())
 		if err := e.serve(ctx, c, a, h); err != nil {
 			e.writeError(ctx, c, wire, err)
 		}
@@ -152,7 +152,7 @@ func (r *routeEnd) finish(c *hotpath.Call, method []byte, status int) {
 	}
 	if e.usage != nil && c.User != nil && !a.Unlogged {
 		u := &c.Usage
-		FillUsage(u, c, a.Name)
+		fillUsage(u, c, a.Name)
 		u.Status, u.DurationUS = status, time.Since(c.Start).Microseconds()
 		if c.ErrorCode != 0 {
 			u.ErrorCode = c.ErrorCode.String()
@@ -190,7 +190,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 		if e.limits != nil && a.Rate != hotpath.RateNone && a.Rate != hotpath.RateByHandler {
 			st, metered, refusal := e.limits.Hit(context.Background(), c.Start, p, a.Rate)
 			if metered {
-				SetRateHeaders(ctx, st)
+				setRateHeaders(ctx, st)
 			}
 			if refusal != nil {
 				return refusal
@@ -228,9 +228,9 @@ var (
 	rateResetKey     = []byte(headerRateReset)
 )
 
-// SetRateHeaders describes the per-minute request window. A window not yet
+// setRateHeaders describes the per-minute request window. A window not yet
 // opened resets a full window from now.
-func SetRateHeaders(ctx *fasthttp.RequestCtx, st meter.RateState) {
+func setRateHeaders(ctx *fasthttp.RequestCtx, st meter.RateState) {
 	var b [20]byte
 	h := &ctx.Response.Header
 	h.SetCanonical(rateLimitKey, appendInt(b[:0], int(st.Limit)))
@@ -242,8 +242,8 @@ func SetRateHeaders(ctx *fasthttp.RequestCtx, st meter.RateState) {
 	h.SetCanonical(rateResetKey, appendInt(b[:0], int(reset)))
 }
 
-// FillUsage fills the caller's side of a ledger row: who, when, which route.
-func FillUsage(r *hotpath.UsageRecord, c *hotpath.Call, route string) {
+// fillUsage fills the caller's side of a ledger row: who, when, which route.
+func fillUsage(r *hotpath.UsageRecord, c *hotpath.Call, route string) {
 	p := c.User
 	r.RequestID, r.At, r.Route = c.IDString(), c.Start, route
 	r.KeyID, r.UserID, r.OrgID, r.WorkspaceID, r.Bucket = p.KeyID, p.UserID, p.OrgID, p.WorkspaceID, p.Kind.Bucket()

@@ -80,7 +80,7 @@ func requireKind(t *testing.T, k lcKind, resp *http.Response, body []byte, err e
 	t.Helper()
 	require.NoError(t, err)
 	require.Equal(t, k.status, resp.StatusCode, "%s: %s", k.name, body)
-	require.NotEmpty(t, resp.Header.Get(HeaderRequestID))
+	require.NotEmpty(t, resp.Header.Get(headerRequestID))
 	require.NotEmpty(t, resp.Header.Get(HeaderVersion))
 }
 
@@ -356,7 +356,7 @@ func TestHTTPLayerErrorsSpeakTheProductsLanguage(t *testing.T) {
 			resp, body, err := rc.read(t)
 			require.NoError(t, err)
 			require.Equal(t, c.status, resp.StatusCode, string(body))
-			require.NotEmpty(t, resp.Header.Get(HeaderRequestID))
+			require.NotEmpty(t, resp.Header.Get(headerRequestID))
 			require.NotEmpty(t, resp.Header.Get(HeaderVersion))
 			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 			if c.openai {

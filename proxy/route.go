@@ -114,7 +114,7 @@ func (t *turn) capability(tier *hotpath.Tier) *codec.Error {
 	if t.intent.HasTools && !tier.SupportsTools {
 		return codec.NewError(codec.CodeInvalidRequest, "tools: the "+tier.Name+" tier does not call tools.")
 	}
-	return CheckStructuredSupport(tier, tier.SupportsStructured, t.intent)
+	return checkStructuredSupport(tier, tier.SupportsStructured, t.intent)
 }
 
 // hasImages reports an image part in any message's content.

@@ -322,11 +322,11 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	defer func() { t.ch.m.streamDuration.Update(time.Since(began).Seconds()) }()
 
 	// t.out holds the response head; the first frame goes out with it.
-	if t.wire == ChatV2 {
+	if t.wire == chatV2 {
 		t.out = codec.AppendV2Start(t.out, &t.head, t.requestID, &t.routing)
 	} else {
 		var gw []byte
-		if t.wire == ChatV1 {
+		if t.wire == chatV1 {
 			gw = t.gw
 		}
 		t.out = codec.AppendChunkRole(t.out, &t.head, gw)
@@ -402,7 +402,7 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 		st.finish = finishReason(nil, st.sawTools)
 	}
 	t.beginFrame()
-	if t.wire == ChatV2 {
+	if t.wire == chatV2 {
 		// The finish event carries the usage.
 		t.settleBill(&st.usage, st.hasUsage, t.delivered)
 		if st.deltas == 0 {
@@ -415,7 +415,7 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 		return t.flush(w)
 	}
 	t.out = codec.AppendChunkFinish(t.out, &t.head, st.finish)
-	usageFrame := t.wire == ChatV1 || t.req.StreamOptions != nil && t.req.StreamOptions.IncludeUsage
+	usageFrame := t.wire == chatV1 || t.req.StreamOptions != nil && t.req.StreamOptions.IncludeUsage
 	if !st.hasUsage {
 		// The usage must be counted: the finish frame (and, without a
 		// usage frame, the whole ending) goes out first, so the client
@@ -475,14 +475,14 @@ func (t *turn) relayRead(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chu
 			t.deliver(chunk.Reasoning)
 			// v2 orders reasoning before the answer; a trace fragment an
 			// upstream sends after answer text has begun is billed, not shown.
-			if t.wire == ChatV2 && t.reasons() && st.deltas == 0 {
+			if t.wire == chatV2 && t.reasons() && st.deltas == 0 {
 				t.out = codec.AppendV2Reasoning(t.out, chunk.Reasoning)
 			}
 		}
 		if len(chunk.Content) > 2 {
 			st.deltas++
 			t.deliver(chunk.Content)
-			if t.wire == ChatV2 {
+			if t.wire == chatV2 {
 				t.out = codec.AppendV2Content(t.out, chunk.Content)
 			} else {
 				t.out = codec.AppendChunkContent(t.out, &t.head, chunk.Content)
@@ -491,7 +491,7 @@ func (t *turn) relayRead(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chu
 		if chunk.ToolCalls != nil {
 			st.deltas++
 			st.sawTools = true
-			if t.wire == ChatV2 {
+			if t.wire == chatV2 {
 				t.out = codec.AppendV2ToolCalls(t.out, chunk.ToolCalls)
 			} else {
 				t.out = codec.AppendChunkToolCalls(t.out, &t.head, chunk.ToolCalls)
@@ -577,9 +577,9 @@ func (t *turn) fail(w *clientWriter, cerr *codec.Error) {
 	t.settleBill(nil, false, t.delivered)
 	t.beginFrame()
 	switch t.wire {
-	case ChatOpenAI:
+	case chatOpenAI:
 		t.out = codec.AppendChunkError(t.out, cerr)
-	case ChatV2:
+	case chatV2:
 		t.out = codec.AppendV2Error(t.out, cerr, t.requestID)
 	}
 	// The stream ends the way its wire says — an error frame, or on

@@ -12,23 +12,23 @@ import (
 	"github.com/edgegw/gateway/hotpath"
 )
 
-// ChatWire identifies which chat route a request came in on.
-type ChatWire uint8
+// chatWire identifies which chat route a request came in on.
+type chatWire uint8
 
 // The three chat routes.
 const (
-	// ChatV1 is POST /api/v1/chat.
-	ChatV1 ChatWire = iota + 1
-	// ChatV2 is POST /api/v2/chat.
-	ChatV2
-	// ChatOpenAI is POST /v1/chat/completions.
-	ChatOpenAI
+	// chatV1 is POST /api/v1/chat.
+	chatV1 chatWire = iota + 1
+	// chatV2 is POST /api/v2/chat.
+	chatV2
+	// chatOpenAI is POST /v1/chat/completions.
+	chatOpenAI
 )
 
 // native reports whether w is one of the native routes, which add memory,
 // standing rules, vaults and files. Anything else, including the zero
 // value, gets the OpenAI route's narrower treatment.
-func (w ChatWire) native() bool { return w == ChatV1 || w == ChatV2 }
+func (w chatWire) native() bool { return w == chatV1 || w == chatV2 }
 
 // Bounds on the JSON schemas a request carries.
 const (
@@ -42,15 +42,15 @@ const (
 	maxTools = 128
 )
 
-// Intent is what validation decides: everything the pipeline needs, computed
+// chatIntent is what validation decides: everything the pipeline needs, computed
 // once.
-type Intent struct {
-	// Tier is the requested tier, pointing into the tiers ValidateChat was
+type chatIntent struct {
+	// Tier is the requested tier, pointing into the tiers validateChat was
 	// given; nil when Model is auto (the router decides later).
 	Tier *hotpath.Tier
 	// Auto is true for model auto. The key's model allowlist is then the
 	// router's to apply: it picks among the tiers the allowlist admits.
-	// ValidateChat only refuses auto when the allowlist admits none of the
+	// validateChat only refuses auto when the allowlist admits none of the
 	// configured tiers.
 	Auto bool
 	// MaxTokens is the requested max_tokens clamped to the tier's cap, or the
@@ -64,7 +64,7 @@ type Intent struct {
 	// HasTools is true when the request declares at least one tool.
 	HasTools bool
 	// Schema is the compiled response_format json_schema, or nil.
-	Schema *CompiledSchema
+	Schema *compiledSchema
 	// JSONObject is true for response_format json_object.
 	JSONObject bool
 	// MemoryRecall, MemoryCapture and Rules are the effective switches:
@@ -118,30 +118,30 @@ func scopeRefusal(field string, f hotpath.Family) *codec.Error {
 		Detail:  codec.Detail{RequiredScope: f.String()}}
 }
 
-// ValidateChat checks everything the specification lists about a chat
+// validateChat checks everything the specification lists about a chat
 // request before anything goes upstream or is billed, and returns the first
 // refusal. The checks run in a fixed order: model, messages, file_ids,
 // memory and rules scopes, numeric ranges, reasoning_effort, tools,
 // tool_choice, response_format.
 //
-// tiers are the configured tiers; Intent.Tier points into it. p is the
+// tiers are the configured tiers; chatIntent.Tier points into it. p is the
 // verified caller and must not be nil. version is the version serving the
 // request and pinned reports whether the client pinned it.
 //
 // A refusal may be a shared value: treat it as read-only. A request that
 // passes costs no allocation unless it carries content parts, a tool_choice
 // object or a response_format json_schema (compiled here, once).
-func ValidateChat(req *codec.ChatRequest, wire ChatWire, tiers []hotpath.Tier, p *hotpath.Principal, version codec.Version, pinned bool) (Intent, *codec.Error) {
-	var intent Intent
-	if e := validateChat(&intent, req, wire, tiers, p, version, pinned); e != nil {
-		return Intent{}, e
+func validateChat(req *codec.ChatRequest, wire chatWire, tiers []hotpath.Tier, p *hotpath.Principal, version codec.Version, pinned bool) (chatIntent, *codec.Error) {
+	var intent chatIntent
+	if e := checkChat(&intent, req, wire, tiers, p, version, pinned); e != nil {
+		return chatIntent{}, e
 	}
 	return intent, nil
 }
 
-// validateChat fills intent as it checks; on a refusal intent is half-filled
-// and ValidateChat drops it.
-func validateChat(intent *Intent, req *codec.ChatRequest, wire ChatWire, tiers []hotpath.Tier, p *hotpath.Principal, version codec.Version, pinned bool) *codec.Error {
+// checkChat fills intent as it checks; on a refusal intent is half-filled
+// and validateChat drops it.
+func checkChat(intent *chatIntent, req *codec.ChatRequest, wire chatWire, tiers []hotpath.Tier, p *hotpath.Principal, version codec.Version, pinned bool) *codec.Error {
 	native := wire.native()
 
 	// model
@@ -276,7 +276,7 @@ func validateChat(intent *Intent, req *codec.ChatRequest, wire ChatWire, tiers [
 			if len(raw) == 0 || isJSONNull(raw) {
 				return errFormatSchema
 			}
-			s, e := CompileSchema(raw)
+			s, e := compileSchema(raw)
 			if e != nil {
 				return e
 			}
@@ -288,11 +288,11 @@ func validateChat(intent *Intent, req *codec.ChatRequest, wire ChatWire, tiers [
 	return nil
 }
 
-// CheckStructuredSupport refuses an intent that asks for structured output
+// checkStructuredSupport refuses an intent that asks for structured output
 // (a json_schema or json_object response format) from a tier that cannot
 // constrain its decoding: supports reports whether t can. t may be nil for
 // a tier not yet known by name; the message then says so generically.
-func CheckStructuredSupport(t *hotpath.Tier, supports bool, intent Intent) *codec.Error {
+func checkStructuredSupport(t *hotpath.Tier, supports bool, intent chatIntent) *codec.Error {
 	if supports || (intent.Schema == nil && !intent.JSONObject) {
 		return nil
 	}
@@ -324,7 +324,7 @@ func checkAutoAllowed(tiers []hotpath.Tier, p *hotpath.Principal) *codec.Error {
 // takes the credential's default (on for a signed-in credential, off for
 // developer and headless keys). Without the scope the effective value is
 // always false.
-func intentMemory(intent *Intent, req *codec.ChatRequest, p *hotpath.Principal) *codec.Error {
+func intentMemory(intent *chatIntent, req *codec.ChatRequest, p *hotpath.Principal) *codec.Error {
 	def := p.Kind == hotpath.KindSignedIn
 	memory := p.Scopes.Has(hotpath.FamilyMemory)
 	recall, capture := def, def
