@@ -106,56 +106,54 @@ type RedisCounters struct {
 
 var _ meter.Counters = (*RedisCounters)(nil)
 
-// CountersOption tunes a RedisCounters.
-type CountersOption func(*RedisCounters)
-
-// WithLeaseTTL sets how long a lease outlives a process that stops renewing
-// it (default meter.LeaseTTL). Renewal runs every third of it.
-func WithLeaseTTL(d time.Duration) CountersOption {
-	return func(c *RedisCounters) {
-		if d > 0 {
-			c.leaseTTL = d
-		}
-	}
+// RedisCountersConfig is where a RedisCounters keeps its counters and how
+// it behaves.
+type RedisCountersConfig struct {
+	Client rueidis.Client
+	// Prefix starts every key the store writes.
+	Prefix string
+	// Seeder rebuilds lost budget counters; nil seeds them empty
+	// (meter.NoSeeder).
+	Seeder meter.BudgetSeeder
+	// Log receives the renewer's warnings; nil logs to slog.Default.
+	Log *slog.Logger
+	// LeaseTTL is how long a lease outlives a process that stops renewing
+	// it (0: meter.LeaseTTL). Renewal runs every third of it.
+	LeaseTTL time.Duration
+	// CallTimeout bounds one call to Redis (0:
+	// DefaultCountersCallTimeout).
+	CallTimeout time.Duration
 }
 
-// WithCallTimeout sets the bound on one call to Redis (default
-// DefaultCountersCallTimeout).
-func WithCallTimeout(d time.Duration) CountersOption {
-	return func(c *RedisCounters) {
-		if d > 0 {
-			c.timeout = d
-		}
+// NewRedisCounters returns counters as cfg says. It starts the lease
+// renewer; Close stops it.
+func NewRedisCounters(cfg RedisCountersConfig) *RedisCounters {
+	if cfg.Seeder == nil {
+		cfg.Seeder = meter.NoSeeder{}
 	}
-}
-
-// NewRedisCounters returns counters on client whose keys start with prefix,
-// seeding lost budget counters from seeder (meter.NoSeeder when nil). It
-// starts the lease renewer; Close stops it.
-func NewRedisCounters(client rueidis.Client, prefix string, seeder meter.BudgetSeeder, log *slog.Logger, opts ...CountersOption) *RedisCounters {
-	if seeder == nil {
-		seeder = meter.NoSeeder{}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
 	}
-	if log == nil {
-		log = slog.Default()
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = meter.LeaseTTL
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCountersCallTimeout
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	ctx, stop := context.WithCancel(context.Background())
 	c := &RedisCounters{
-		client:   client,
-		prefix:   prefix,
-		seeder:   seeder,
-		log:      log,
-		leaseTTL: meter.LeaseTTL,
-		timeout:  DefaultCountersCallTimeout,
+		client:   cfg.Client,
+		prefix:   cfg.Prefix,
+		seeder:   cfg.Seeder,
+		log:      cfg.Log,
+		leaseTTL: cfg.LeaseTTL,
+		timeout:  cfg.CallTimeout,
 		idPrefix: hex.EncodeToString(id[:]) + "-",
 		held:     make(map[meter.Lease]struct{}),
 		stop:     stop,
 		done:     make(chan struct{}),
-	}
-	for _, o := range opts {
-		o(c)
 	}
 	go c.renew(ctx)
 	return c

@@ -24,7 +24,7 @@ import (
 func TestRedisCountersContract(t *testing.T) {
 	client := storetest.Redis(t)
 	metertest.Run(t, func(t *testing.T, seeder meter.BudgetSeeder) meter.Counters {
-		c := storage.NewRedisCounters(client, storetest.Prefix(), seeder, nil)
+		c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix(), Seeder: seeder})
 		t.Cleanup(c.Close)
 		return c
 	})
@@ -33,7 +33,7 @@ func TestRedisCountersContract(t *testing.T) {
 func TestRedisCountersKeys(t *testing.T) {
 	client := storetest.Redis(t)
 	prefix := storetest.Prefix()
-	c := storage.NewRedisCounters(client, prefix, nil, nil)
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Now()
@@ -84,8 +84,8 @@ func TestRedisCountersCrashedProcessFreesItsSlots(t *testing.T) {
 	const ttl = 600 * time.Millisecond
 	prefix := storetest.Prefix()
 	crashing := storetest.Redis(t)
-	a := storage.NewRedisCounters(crashing, prefix, nil, nil, storage.WithLeaseTTL(ttl))
-	b := storage.NewRedisCounters(storetest.Redis(t), prefix, nil, nil, storage.WithLeaseTTL(ttl))
+	a := storage.NewRedisCounters(storage.RedisCountersConfig{Client: crashing, Prefix: prefix, LeaseTTL: ttl})
+	b := storage.NewRedisCounters(storage.RedisCountersConfig{Client: storetest.Redis(t), Prefix: prefix, LeaseTTL: ttl})
 	t.Cleanup(a.Close)
 	t.Cleanup(b.Close)
 
@@ -119,7 +119,7 @@ func TestRedisCountersReportLostLeases(t *testing.T) {
 	client := storetest.Redis(t)
 	prefix := storetest.Prefix()
 	var logs leaseLogBuffer
-	c := storage.NewRedisCounters(client, prefix, nil, slog.New(slog.NewJSONHandler(&logs, nil)), storage.WithLeaseTTL(ttl))
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Log: slog.New(slog.NewJSONHandler(&logs, nil)), LeaseTTL: ttl})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	for _, key := range []string{"cc:k1", "cc:k2"} {
@@ -179,7 +179,7 @@ func TestRedisCountersRebuildLostCounters(t *testing.T) {
 	client := storetest.Redis(t)
 	prefix := storetest.Prefix()
 	s := &fixedSeeder{usage: 500}
-	c := storage.NewRedisCounters(client, prefix, s, nil)
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Seeder: s})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Date(2026, 3, 10, 12, 5, 0, 0, time.UTC) // the ledger's usage lands in the current burst slot
@@ -229,8 +229,8 @@ func TestRedisCountersConcurrentSeedersAcrossProcesses(t *testing.T) {
 	prefix := storetest.Prefix()
 	s := &fixedSeeder{usage: 400, delay: 30 * time.Millisecond}
 	procs := []*storage.RedisCounters{
-		storage.NewRedisCounters(storetest.Redis(t), prefix, s, nil),
-		storage.NewRedisCounters(storetest.Redis(t), prefix, s, nil),
+		storage.NewRedisCounters(storage.RedisCountersConfig{Client: storetest.Redis(t), Prefix: prefix, Seeder: s}),
+		storage.NewRedisCounters(storage.RedisCountersConfig{Client: storetest.Redis(t), Prefix: prefix, Seeder: s}),
 	}
 	for _, p := range procs {
 		t.Cleanup(p.Close)
@@ -341,7 +341,7 @@ func TestRedisCountersUnavailable(t *testing.T) {
 		client, err := rueidis.NewClient(o)
 		require.NoError(t, err)
 		t.Cleanup(client.Close)
-		c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+		c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 		t.Cleanup(c.Close)
 		return p, c
 	}
@@ -360,7 +360,7 @@ func TestRedisCountersUnavailable(t *testing.T) {
 		},
 		"ClientClosed": func(t *testing.T) *storage.RedisCounters {
 			client := storetest.Redis(t)
-			c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+			c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 			t.Cleanup(c.Close)
 			requireCountersWork(t, c)
 			client.Close()
@@ -427,7 +427,7 @@ func (c *countingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed)
 // Every call is one round trip once its counters exist.
 func TestRedisCountersOneRoundTripEach(t *testing.T) {
 	client := &countingClient{Client: storetest.Redis(t)}
-	c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Now()
@@ -481,7 +481,7 @@ func TestRedisCountersOneRoundTripEach(t *testing.T) {
 // nothing more once the counters exist.
 func TestRedisCountersAdmitSeedsThenOneRoundTrip(t *testing.T) {
 	client := &countingClient{Client: storetest.Redis(t)}
-	c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Now()
@@ -522,7 +522,7 @@ func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
 	client := storetest.Redis(t)
 	prefix := storetest.Prefix()
 	var logs leaseLogBuffer
-	c := storage.NewRedisCounters(client, prefix, nil, slog.New(slog.NewJSONHandler(&logs, nil)), storage.WithLeaseTTL(ttl))
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Log: slog.New(slog.NewJSONHandler(&logs, nil)), LeaseTTL: ttl})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	inFlight := func() int64 { return metertest.InFlight(t, c, time.Now(), "cc:k1") }
@@ -547,7 +547,7 @@ func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
 
 func BenchmarkRedisCounters(b *testing.B) {
 	client := &countingClient{Client: storetest.Redis(b)}
-	c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 	b.Cleanup(c.Close)
 	// Many requests in flight, as in a gateway: rueidis pipelines them.
 	metertest.Bench(b, c, time.Now(), 16, func(b *testing.B) {

@@ -372,7 +372,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	// Counters start from the ledger whenever the store lacks one.
 	var counters meter.Counters = meter.NewMemoryCounters(a.ledger)
 	if a.redis != nil {
-		rc := storage.NewRedisCounters(a.redis, "gw:", a.ledger, log)
+		rc := storage.NewRedisCounters(storage.RedisCountersConfig{Client: a.redis, Prefix: "gw:", Seeder: a.ledger, Log: log})
 		a.counters, counters = rc, rc
 	}
 	limits, err := meter.NewLimits(meter.LimitsConfig{Counters: counters, Plans: st.Plans, DefaultPlan: st.DefaultPlan, Tiers: tiers})
