@@ -22,6 +22,7 @@ import (
 
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/logtest"
 	"github.com/edgegw/gateway/hotpath/meter"
 )
 
@@ -32,7 +33,7 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts under te
 type chatFixture struct {
 	client  *http.Client
 	key     string
-	logs    *lockedBuffer
+	logs    *logtest.Buffer
 	chat    *Chat
 	set     *metrics.Set
 	simDial func() (net.Conn, error)
@@ -80,7 +81,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	for _, f := range opts {
 		f(&o)
 	}
-	f := &chatFixture{logs: &lockedBuffer{}, set: metrics.NewSet()}
+	f := &chatFixture{logs: &logtest.Buffer{}, set: metrics.NewSet()}
 	if o.dial == nil {
 		simLn := fasthttputil.NewInmemoryListener()
 		s := sim.New(sim.Config{})

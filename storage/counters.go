@@ -70,6 +70,7 @@ import (
 	"github.com/redis/rueidis"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/meter"
 )
 
@@ -101,7 +102,7 @@ type RedisCounters struct {
 	stop      context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
-	lastWarn  atomic.Int64 // Unix ns of the last renewal warning
+	warnLog   hotpath.LogLimiter // the renewer's warnings
 }
 
 var _ meter.Counters = (*RedisCounters)(nil)
@@ -461,14 +462,11 @@ func (c *RedisCounters) renewOnce(run context.Context) {
 	}
 }
 
-// warn logs at most once every ten seconds.
+// warn logs at most once every hotpath.DefaultLogEvery.
 func (c *RedisCounters) warn(msg string, args ...any) {
-	now := time.Now().UnixNano()
-	last := c.lastWarn.Load()
-	if now-last < int64(10*time.Second) || !c.lastWarn.CompareAndSwap(last, now) {
-		return
+	if ok, _ := c.warnLog.Allow(); ok {
+		c.log.Warn(msg, args...)
 	}
-	c.log.Warn(msg, args...)
 }
 
 // budgetLimbs compares and adds counters exactly: a value is {high, low}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgegw/gateway/hotpath/logtest"
 	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/hotpath/meter/metertest"
 	"github.com/edgegw/gateway/storage"
@@ -118,7 +119,7 @@ func TestRedisCountersReportLostLeases(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	client := storetest.Redis(t)
 	prefix := storetest.Prefix()
-	var logs leaseLogBuffer
+	var logs logtest.Buffer
 	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Log: slog.New(slog.NewJSONHandler(&logs, nil)), LeaseTTL: ttl})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
@@ -133,23 +134,6 @@ func TestRedisCountersReportLostLeases(t *testing.T) {
 	time.Sleep(2 * ttl)
 	require.Equal(t, int64(1), metertest.InFlight(t, c, time.Now(), "cc:k2"), "the other lease is still renewed")
 	require.Zero(t, metertest.InFlight(t, c, time.Now(), "cc:k1"), "the lost one is not brought back")
-}
-
-type leaseLogBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *leaseLogBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *leaseLogBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // fixedSeeder is a ledger of fixed usage that counts its queries and may be
@@ -521,7 +505,7 @@ func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	client := storetest.Redis(t)
 	prefix := storetest.Prefix()
-	var logs leaseLogBuffer
+	var logs logtest.Buffer
 	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Log: slog.New(slog.NewJSONHandler(&logs, nil)), LeaseTTL: ttl})
 	t.Cleanup(c.Close)
 	ctx := t.Context()

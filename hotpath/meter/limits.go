@@ -92,8 +92,8 @@ type Limits struct {
 	Unmetered atomic.Uint64
 	// Log receives a line when requests start running unmetered; nil logs
 	// nothing.
-	Log              *slog.Logger
-	lastUnmeteredLog atomic.Int64
+	Log          *slog.Logger
+	unmeteredLog hotpath.LogLimiter
 	// AsyncFinish settles and releases after the request's answer, off its
 	// path: with a remote store a request then waits on one round trip,
 	// its admission. Wait waits for the settlements under way.
@@ -241,16 +241,14 @@ func (l *Limits) windowRefusal(now time.Time, out []WindowState, st RateState) *
 		Detail:  codec.Detail{RetryAfter: retryAfter(now, reset), ResetAt: reset}}
 }
 
-// unmeteredLogEvery spaces the log lines saying requests run unmetered.
-const unmeteredLogEvery = 10 * time.Second
-
 // unmetered counts a request served without its limits because the store
-// failed, and says so in the log at most every unmeteredLogEvery.
+// failed, and says so in the log at most every hotpath.DefaultLogEvery.
 func (l *Limits) unmetered(err error) {
 	l.Unmetered.Add(1)
-	now := time.Now().UnixNano()
-	last := l.lastUnmeteredLog.Load()
-	if l.Log != nil && now-last >= int64(unmeteredLogEvery) && l.lastUnmeteredLog.CompareAndSwap(last, now) {
+	if l.Log == nil {
+		return
+	}
+	if ok, _ := l.unmeteredLog.Allow(); ok {
 		l.Log.Warn("counter store unreachable; serving requests unmetered", "err", err,
 			"unmetered_total", l.Unmetered.Load())
 	}
