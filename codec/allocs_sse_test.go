@@ -84,7 +84,6 @@ func TestFrameWritersAllocateNothing(t *testing.T) {
 	a := &Answer{Content: content, Finish: "stop"}
 	dst := make([]byte, 0, 8<<10)
 	allocs := testing.AllocsPerRun(500, func() {
-		bill.Price()
 		dst = AppendChunkRole(dst[:0], h, gw)
 		dst = AppendChunkContent(dst[:0], h, content)
 		dst = AppendChunkToolCalls(dst[:0], h, tools)

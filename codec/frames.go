@@ -10,9 +10,10 @@ type Head struct {
 	Model   string
 }
 
-// Bill is the usage and cost of one completion. Token counts are the
-// tier's own; money is integer: prices in micro-USD per million tokens,
-// the amount in pico-USD (1e-12), so arithmetic is exact.
+// Bill is the usage and cost of one completion as the wire shows it. Token
+// counts are the tier's own; prices are micro-USD per million tokens and
+// the amount pico-USD (1e-12). The codec only writes what it is given: the
+// amount is worked out by the metering package (meter.Cost).
 type Bill struct {
 	Tier              string
 	InputTokens       int64 // everything the prompt cost, cached tokens included
@@ -28,11 +29,6 @@ type Bill struct {
 
 // BillableInput is the input billed at the full rate.
 func (b *Bill) BillableInput() int64 { return b.InputTokens - b.CacheReadTokens }
-
-// Price fills AmountPico from the counts and prices.
-func (b *Bill) Price() {
-	b.AmountPico = b.BillableInput()*b.InputPerM + b.CacheReadTokens*b.CacheReadPerM + b.OutputTokens*b.OutputPerM
-}
 
 // AppendDecimal appends v / 10^scale as a plain decimal without trailing
 // zeros ("0.76", "12", "0.000001"). It allocates nothing.

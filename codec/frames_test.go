@@ -10,21 +10,16 @@ import (
 
 func testHead() *Head { return &Head{ID: []byte("chatcmpl-1"), Created: 1700000000, Model: "mira"} }
 
+// testBill is a bill as metering hands it over: 600 billable input tokens
+// at 0.20/M, 400 cached at 0.05/M and 250 output at 0.40/M cost 0.00024.
 func testBill() *Bill {
-	b := &Bill{Tier: "mira", InputTokens: 1000, OutputTokens: 250, CacheReadTokens: 400,
-		InputPerM: 200_000, OutputPerM: 400_000, CacheReadPerM: 50_000, PromptCacheActive: true}
-	b.Price()
-	return b
+	return &Bill{Tier: "mira", InputTokens: 1000, OutputTokens: 250, CacheReadTokens: 400,
+		InputPerM: 200_000, OutputPerM: 400_000, CacheReadPerM: 50_000, AmountPico: 240_000_000, PromptCacheActive: true}
 }
 
-func TestBillArithmeticIsExact(t *testing.T) {
-	b := testBill()
-	// 600 billable × 0.20/M + 400 cached × 0.05/M + 250 × 0.40/M = 0.00012 + 0.00002 + 0.0001
-	require.Equal(t, int64(240_000_000), b.AmountPico)
-	require.Equal(t, "0.00024", string(AppendDecimal(nil, b.AmountPico, 12)))
-	one := &Bill{OutputTokens: 1, OutputPerM: 1}
-	one.Price()
-	require.Equal(t, "0.000000000001", string(AppendDecimal(nil, one.AmountPico, 12)), "a millionth of a micro-dollar survives")
+func TestDecimalsAreExact(t *testing.T) {
+	require.Equal(t, "0.00024", string(AppendDecimal(nil, testBill().AmountPico, 12)))
+	require.Equal(t, "0.000000000001", string(AppendDecimal(nil, 1, 12)), "a millionth of a micro-dollar survives")
 	for in, want := range map[int64]string{0: "0", 5: "0.000005", 1_500_000: "1.5", -2_000_000: "-2"} {
 		require.Equal(t, want, string(AppendDecimal(nil, in, 6)))
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/storage"
 )
 
@@ -36,10 +37,7 @@ type API struct {
 	Commit string
 	// Limits is the enforcement state GET /api/v1/limits reads; nil leaves
 	// the route out.
-	Limits *hotpath.Limits
-	// PoolTiers are the tiers that draw on the token pools, blocked when
-	// a pool is spent.
-	PoolTiers []string
+	Limits *meter.Limits
 	// SignIn configures device login, native OAuth and the approval page.
 	SignIn SignInConfig
 	// LoginLimiter paces the public sign-in routes per client address; nil

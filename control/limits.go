@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // registerLimits adds GET /api/v1/limits. It peeks at the request window
@@ -115,7 +116,7 @@ func (a *API) limits(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		t := true
 		v.Metered = &t
 	}
-	window := int64(hotpath.RateWindow / time.Second)
+	window := int64(meter.RateWindow / time.Second)
 	v.RateLimits.Chat = chatLimits{
 		PerKey:        windowView{key.Limit, key.Remaining, rfc3339(key.ResetAt), window},
 		PerOrg:        windowView{org.Limit, org.Remaining, rfc3339(org.ResetAt), window},
@@ -123,30 +124,30 @@ func (a *API) limits(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	}
 
 	// Every budget that applies, read in one call.
-	var budgets []hotpath.Budget
-	add := func(b hotpath.Budget) int { budgets = append(budgets, b); return len(budgets) - 1 }
+	var budgets []meter.Budget
+	add := func(b meter.Budget) int { budgets = append(budgets, b); return len(budgets) - 1 }
 	keyCap, wsCap, credits, monthly, burst, mira := -1, -1, -1, -1, -1, -1
 	if p.SpendCapMicros >= 0 {
-		keyCap = add(hotpath.Budget{Kind: hotpath.BudgetKeySpend, Subject: p.KeyID, Cap: p.SpendCapMicros * 1e6})
+		keyCap = add(meter.Budget{Kind: meter.BudgetKeySpend, Subject: p.KeyID, Cap: meter.PicoUSD(p.SpendCapMicros)})
 	}
 	if p.WorkspaceID != "" && p.WorkspaceCapMicros >= 0 {
-		wsCap = add(hotpath.Budget{Kind: hotpath.BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: p.WorkspaceCapMicros * 1e6})
+		wsCap = add(meter.Budget{Kind: meter.BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: meter.PicoUSD(p.WorkspaceCapMicros)})
 	}
 	if p.Kind == hotpath.KindHeadless {
-		credits = add(hotpath.Budget{Kind: hotpath.BudgetCredits, Subject: p.KeyID, Cap: p.CreditsCapMicros() * 1e6})
+		credits = add(meter.Budget{Kind: meter.BudgetCredits, Subject: p.KeyID, Cap: meter.PicoUSD(p.CreditsCapMicros())})
 	}
-	if hotpath.Subscription(p) {
-		monthly = add(hotpath.Budget{Kind: hotpath.BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly})
-		burst = add(hotpath.Budget{Kind: hotpath.BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst})
-		mira = add(hotpath.Budget{Kind: hotpath.BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests})
+	if meter.Subscription(p) {
+		monthly = add(meter.Budget{Kind: meter.BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly})
+		burst = add(meter.Budget{Kind: meter.BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst})
+		mira = add(meter.Budget{Kind: meter.BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests})
 	}
-	st := make([]hotpath.BudgetState, len(budgets))
+	st := make([]meter.BudgetState, len(budgets))
 	if len(budgets) > 0 {
 		if err := l.Counters().Usage(qctx, now, budgets, st); err != nil {
 			return errLimitsUnavailable
 		}
 	}
-	month := rfc3339(hotpath.NextMonth(now).Unix())
+	month := rfc3339(meter.NextMonth(now).Unix())
 	money := func(i int) *capView {
 		b, s := budgets[i], st[i]
 		return &capView{Cap: usd(b.Cap), Spent: usd(s.Used), Remaining: usd(max(b.Cap-s.Used, 0)), ResetsAt: month}
@@ -158,8 +159,8 @@ func (a *API) limits(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		v.WorkspaceSpendCap = money(wsCap)
 	}
 	if credits >= 0 {
-		granted := max(p.CreditsMicros, 0) * 1e6
-		v.Credits = &creditsView{Granted: usd(granted), Adjustment: usd(p.CreditsAdjustMicros * 1e6),
+		granted := meter.PicoUSD(max(p.CreditsMicros, 0))
+		v.Credits = &creditsView{Granted: usd(granted), Adjustment: usd(meter.PicoUSD(p.CreditsAdjustMicros)),
 			Used: usd(st[credits].Used), Remaining: usd(max(budgets[credits].Cap-st[credits].Used, 0))}
 	}
 	if monthly >= 0 {
@@ -175,11 +176,11 @@ func (a *API) limits(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 			Unit: "weighted_tokens", BlockedModels: []string{}}
 		worst := max(pl.State(st[monthly].Used, pl.PoolMonthly), pl.State(st[burst].Used, pl.PoolBurst))
 		tp.State = worst.String()
-		if worst == hotpath.PoolBlocked {
-			tp.BlockedModels = append(tp.BlockedModels, a.PoolTiers...)
+		if worst == meter.PoolBlocked {
+			tp.BlockedModels = append(tp.BlockedModels, l.PooledTiers()...)
 		}
-		if pl.State(st[mira].Used, pl.MiraMonthlyRequests) == hotpath.PoolBlocked {
-			tp.BlockedModels = append(tp.BlockedModels, "mira")
+		if pl.State(st[mira].Used, pl.MiraMonthlyRequests) == meter.PoolBlocked {
+			tp.BlockedModels = append(tp.BlockedModels, l.RequestCappedTiers()...)
 		}
 		v.TokenPool = tp
 	}

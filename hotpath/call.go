@@ -115,3 +115,22 @@ type Access struct {
 	// limits, which must cost and write nothing.
 	Unlogged bool
 }
+
+// RateBucket selects which per-minute window a route counts in.
+type RateBucket uint8
+
+// The buckets.
+const (
+	// RateRequests is the request window every metered route shares.
+	RateRequests RateBucket = iota
+	// RateTokenCount is token counting's own window.
+	RateTokenCount
+	// RateNone marks a route that is not metered.
+	RateNone
+	// RatePeek checks the request window without counting in it: a full
+	// window refuses, but the route itself opens and uses nothing.
+	RatePeek
+	// RateByHandler routes count in the request window themselves, in the
+	// same step as the rest of their admission (chat: AdmitChat).
+	RateByHandler
+)

@@ -27,6 +27,3 @@ func (g *Gate) Release() { <-g.slots }
 
 // InFlight is the number of slots held.
 func (g *Gate) InFlight() int { return len(g.slots) }
-
-// Cap is the ceiling.
-func (g *Gate) Cap() int { return cap(g.slots) }

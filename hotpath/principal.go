@@ -86,9 +86,9 @@ type Principal struct {
 	// WorkspaceCapMicros is the key's workspace's monthly spend cap in
 	// micro-USD; -1 means none.
 	WorkspaceCapMicros int64
-	// Plan is the organization's subscription plan; empty selects the
+	// PlanName names the organization's subscription plan; empty selects the
 	// default plan.
-	Plan string
+	PlanName string
 	// ExpiresAt is the Unix time in seconds when the key stops working; 0 never.
 	ExpiresAt int64
 	// Revoked and Suspended are kept so that a refused key is answered from
@@ -98,23 +98,25 @@ type Principal struct {
 
 	// counterKeys names the key's windows and lease in the counter store;
 	// the verifier builds them once per cached record, not per request.
-	counterKeys counterKeys
+	counterKeys CounterKeys
 }
 
-type counterKeys struct{ key, org, tokens, lease string }
+// CounterKeys names a key's request windows and concurrency lease in the
+// counter store (hotpath/meter).
+type CounterKeys struct{ Key, Org, Tokens, Lease string }
 
 // prepare builds what requests derive from the record. The verifier calls it
 // before the record is shared.
 func (p *Principal) prepare() { p.counterKeys = p.buildCounterKeys() }
 
-func (p *Principal) buildCounterKeys() counterKeys {
-	return counterKeys{key: "rl:k:" + p.KeyID, org: "rl:o:" + p.OrgID, tokens: "rl:t:" + p.KeyID, lease: "cc:" + p.KeyID}
+func (p *Principal) buildCounterKeys() CounterKeys {
+	return CounterKeys{Key: "rl:k:" + p.KeyID, Org: "rl:o:" + p.OrgID, Tokens: "rl:t:" + p.KeyID, Lease: "cc:" + p.KeyID}
 }
 
-// keys returns the counter names, building them when the record did not
-// come through the verifier.
-func (p *Principal) keys() counterKeys {
-	if p.counterKeys.key != "" {
+// CounterKeys returns the counter names, building them when the record did
+// not come through the verifier.
+func (p *Principal) CounterKeys() CounterKeys {
+	if p.counterKeys.Key != "" {
 		return p.counterKeys
 	}
 	return p.buildCounterKeys()

@@ -31,7 +31,8 @@ func ParseEffort(s string) (Effort, bool) {
 }
 
 // Prices are a tier's prices in micro-USD per one million tokens: integers,
-// so that arithmetic on money is exact.
+// so that arithmetic on money is exact. What a request costs at them is
+// worked out in one place, meter.Cost.
 type Prices struct {
 	InputPerM     int64
 	OutputPerM    int64
@@ -60,6 +61,13 @@ type Tier struct {
 	// Deadline bounds a non-streaming attempt.
 	Deadline time.Duration
 	Prices   Prices
+	// PoolWeight is how many weighted tokens one token served on the tier
+	// draws from a subscription's token pools.
+	PoolWeight int64
+	// RequestCapped tiers draw nothing from the token pools: each request
+	// counts once against the plan's monthly request allowance instead
+	// (hotpath/meter reads both fields; nothing else decides it by name).
+	RequestCapped bool
 }
 
 // Validate reports the first field that is out of range, naming it.
@@ -79,6 +87,8 @@ func (t *Tier) Validate() error {
 		return errors.New("deadline: must be positive")
 	case t.Prices.InputPerM < 0 || t.Prices.OutputPerM < 0 || t.Prices.CacheReadPerM < 0:
 		return errors.New("prices: must not be negative")
+	case t.PoolWeight < 0:
+		return errors.New("pool_weight: must not be negative")
 	}
 	if _, ok := ParseEffort(string(t.DefaultEffort)); !ok {
 		return fmt.Errorf("reasoning.default_effort: %q is not one of none, low, medium, high", t.DefaultEffort)
@@ -87,7 +97,9 @@ func (t *Tier) Validate() error {
 }
 
 // DefaultTiers returns the advertised catalogue: the spec's sizes, caps,
-// deadlines and indicative prices.
+// deadlines and indicative prices, and how each meters: one weighted token
+// per token on mira, two on vaani, four on kavi, and mira's requests
+// counted against the plan's monthly mira allowance instead of the pools.
 func DefaultTiers() []Tier {
 	const created = 1767225600 // 2026-01-01T00:00:00Z
 	return []Tier{
@@ -96,21 +108,21 @@ func DefaultTiers() []Tier {
 			Created: created, OwnedBy: "gateway", ContextWindow: 262144, MaxOutput: 8192,
 			LatencyTargetMs: 2500, DefaultEffort: EffortHigh, Graded: true,
 			SupportsTools: true, SupportsVision: true, SupportsStructured: true, Deadline: 90 * time.Second,
-			Prices: Prices{InputPerM: 760_000, OutputPerM: 1_520_000, CacheReadPerM: 190_000},
+			Prices: Prices{InputPerM: 760_000, OutputPerM: 1_520_000, CacheReadPerM: 190_000}, PoolWeight: 4,
 		},
 		{
 			Name: "vaani", Label: "Vaani", Profile: "balanced",
 			Created: created, OwnedBy: "gateway", ContextWindow: 131072, MaxOutput: 4096,
 			LatencyTargetMs: 1200, DefaultEffort: EffortLow, Graded: true,
 			SupportsTools: true, SupportsVision: true, SupportsStructured: true, Deadline: 90 * time.Second,
-			Prices: Prices{InputPerM: 650_000, OutputPerM: 1_300_000, CacheReadPerM: 162_500},
+			Prices: Prices{InputPerM: 650_000, OutputPerM: 1_300_000, CacheReadPerM: 162_500}, PoolWeight: 2,
 		},
 		{
 			Name: "mira", Label: "Mira", Profile: "fastest",
 			Created: created, OwnedBy: "gateway", ContextWindow: 65536, MaxOutput: 2048,
 			LatencyTargetMs: 400, DefaultEffort: EffortNone, Graded: false,
 			SupportsTools: true, SupportsVision: false, SupportsStructured: true, Deadline: 45 * time.Second,
-			Prices: Prices{InputPerM: 200_000, OutputPerM: 400_000, CacheReadPerM: 50_000},
+			Prices: Prices{InputPerM: 200_000, OutputPerM: 400_000, CacheReadPerM: 50_000}, PoolWeight: 1, RequestCapped: true,
 		},
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/hotpath/tokens"
 )
 
@@ -42,7 +43,7 @@ type ChatConfig struct {
 	Metrics *metrics.Set
 	// Limits admits each request against the key's concurrency ceiling and
 	// budgets; nil admits everything.
-	Limits *hotpath.Limits
+	Limits *meter.Limits
 	// Usage receives a stream's ledger row when the stream ends (the edge
 	// records every other row); nil records nothing.
 	Usage hotpath.UsageSink
@@ -156,34 +157,34 @@ func (ch *Chat) Register(rt *Router) {
 	// Chat counts in the request window as part of its admission, in one
 	// step with its concurrency slot and budgets.
 	a := hotpath.Access{Auth: hotpath.AuthUser, Family: hotpath.FamilyChat, Billable: true, Rate: hotpath.RateByHandler}
-	a.Name = ChatV1.routeName()
+	a.Name = chatV1.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/api/v1/chat", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
-		return ch.serve(ctx, c, ChatV1)
+		return ch.serve(ctx, c, chatV1)
 	})
-	a.Name = ChatV2.routeName()
+	a.Name = chatV2.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/api/v2/chat", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
-		return ch.serve(ctx, c, ChatV2)
+		return ch.serve(ctx, c, chatV2)
 	})
-	a.Name = ChatOpenAI.routeName()
+	a.Name = chatOpenAI.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/v1/chat/completions", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
-		return ch.serve(ctx, c, ChatOpenAI)
+		return ch.serve(ctx, c, chatOpenAI)
 	})
 }
 
-// wire is the envelope the route answers errors in.
-func (w ChatWire) wire() Wire {
-	if w == ChatOpenAI {
-		return WireOpenAI
+// envelope is the error envelope the route answers in.
+func (w chatWire) envelope() Envelope {
+	if w == chatOpenAI {
+		return EnvelopeOpenAI
 	}
-	return WireAPI
+	return EnvelopeAPI
 }
 
 // routeName is the wire's route name in metrics, logs and the ledger.
-func (w ChatWire) routeName() string {
+func (w chatWire) routeName() string {
 	switch w {
-	case ChatV1:
+	case chatV1:
 		return "chat_v1"
-	case ChatV2:
+	case chatV2:
 		return "chat_v2"
 	}
 	return "chat_openai"
@@ -193,9 +194,9 @@ func (w ChatWire) routeName() string {
 // it streams, so everything it keeps is its own copy.
 type turn struct {
 	ch        *Chat
-	wire      ChatWire
+	wire      chatWire
 	req       codec.ChatRequest
-	plan      Plan
+	intent    chatIntent
 	up        *Upstream
 	routing   codec.Routing
 	head      codec.Head
@@ -231,7 +232,7 @@ type turn struct {
 
 	// Admission: the key's concurrency slot and the budgets reserved.
 	principal *hotpath.Principal
-	charge    hotpath.Charge
+	charge    meter.Charge
 	poolsLow  bool
 	billed    bool
 	estimated bool
@@ -319,7 +320,7 @@ var errConcurrency = &codec.Error{Code: codec.CodeRateLimited,
 	Message: "Too many chat requests in flight; retry in a moment.",
 	Detail:  codec.Detail{Reason: "concurrency", RetryAfter: 1}}
 
-func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire ChatWire) (err error) {
+func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire chatWire) (err error) {
 	if !ch.gate.TryAcquire() {
 		ch.peekRate(ctx, c, errConcurrency)
 		return errConcurrency
@@ -336,7 +337,7 @@ func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire ChatWire) 
 			return
 		}
 		t.account(&c.Usage)
-		t.admitted()
+		t.finishAdmission()
 		releaseTurn(t)
 		ch.gate.Release()
 	}()
@@ -361,7 +362,7 @@ func (ch *Chat) peekRate(ctx *fasthttp.RequestCtx, c *hotpath.Call, err error) {
 		return
 	}
 	if st, metered, _ := l.Hit(context.Background(), c.Start, c.User, hotpath.RatePeek); metered {
-		SetRateHeaders(ctx, st)
+		setRateHeaders(ctx, st)
 	}
 }
 
@@ -375,16 +376,14 @@ func (t *turn) account(r *hotpath.UsageRecord) {
 		b := &t.bill
 		r.InputTokens, r.OutputTokens, r.CostPico = b.InputTokens, b.OutputTokens, b.AmountPico
 		r.Estimated = t.estimated
-		if l := t.ch.cfg.Limits; l != nil {
-			r.WeightedTokens = l.Weighted(t.principal, b.Tier, b.InputTokens+b.OutputTokens)
-		}
+		r.WeightedTokens = t.charge.Weighted(b.InputTokens + b.OutputTokens)
 	}
 	r.TTFTUS = t.ttft.Microseconds()
 }
 
-// admitted settles the turn's budgets to what it really cost and gives its
+// finishAdmission settles the turn's budgets to what it really cost and gives its
 // concurrency slot back. Every ending passes here exactly once.
-func (t *turn) admitted() {
+func (t *turn) finishAdmission() {
 	l := t.ch.cfg.Limits
 	if l == nil {
 		return
@@ -405,13 +404,11 @@ func (t *turn) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 	if t.counted {
 		in = int64(t.count)
 	}
-	prices := &t.up.Tier.Prices
-	maxCost := in*prices.InputPerM + t.plan.MaxTokens*prices.OutputPerM
-	l.PlanCharge(&t.charge, c.User, t.up.Tier.Name, maxCost, in+t.plan.MaxTokens)
+	l.FillCharge(&t.charge, c.User, t.up.Tier, in, t.intent.MaxTokens)
 	st, metered, refusal := l.AdmitChat(context.Background(), c.Start, c.User, &t.charge)
 	t.rateShown = true
 	if metered {
-		SetRateHeaders(ctx, st)
+		setRateHeaders(ctx, st)
 	}
 	return refusal
 }
@@ -427,13 +424,13 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if cerr := codec.DecodeRequest(body, &t.req); cerr != nil {
 		return false, cerr
 	}
-	plan, cerr := ValidateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
+	intent, cerr := validateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
 	if cerr != nil {
 		return false, cerr
 	}
-	t.plan = plan
+	t.intent = intent
 	t.bound, t.images = promptBound(&t.req), hasImages(&t.req)
-	if l := t.ch.cfg.Limits; l != nil && plan.Auto {
+	if l := t.ch.cfg.Limits; l != nil && intent.Auto {
 		t.poolsLow = l.PoolsLow(context.Background(), c.Start, c.User)
 	}
 	if cerr := t.route(c.User); cerr != nil {
@@ -449,7 +446,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	t.gw = codec.AppendGW(t.gw[:0], t.requestID, &t.routing)
 
 	var claim hotpath.Claim
-	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire == ChatOpenAI && !t.req.Stream && t.ch.cfg.Idempotency != nil {
+	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire == chatOpenAI && !t.req.Stream && t.ch.cfg.Idempotency != nil {
 		if len(key) > maxIdempotencyKey {
 			return false, errIdempotencyKeyTooLong
 		}
@@ -474,7 +471,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	upReq := fasthttp.AcquireRequest()
 	if err := t.buildUpstreamRequest(upReq); err != nil {
 		fasthttp.ReleaseRequest(upReq)
-		abandon(ctx, claim)
+		abandon(claim)
 		return false, err
 	}
 	if t.req.Stream {
@@ -509,7 +506,7 @@ const maxIdempotencyKey = 255
 // never derived from the fasthttp RequestCtx, which is recycled.
 const idempotencyTimeout = 2 * time.Second
 
-func abandon(_ *fasthttp.RequestCtx, claim hotpath.Claim) {
+func abandon(claim hotpath.Claim) {
 	if claim != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), idempotencyTimeout)
 		_ = claim.Abandon(ctx)
@@ -563,7 +560,7 @@ func (t *turn) buildUpstreamRequest(r *fasthttp.Request) error {
 	}
 	ur := upstreamRequest{
 		Model: up.cfg.Model, Messages: msgs, Stream: t.req.Stream, Temperature: t.req.Temperature, TopP: t.req.TopP,
-		MaxTokens: t.plan.MaxTokens, Tools: t.req.Tools, ResponseFormat: t.req.ResponseFormat,
+		MaxTokens: t.intent.MaxTokens, Tools: t.req.Tools, ResponseFormat: t.req.ResponseFormat,
 	}
 	if tc := trimJSONSpace(t.req.ToolChoice); len(tc) > 0 && !isJSONNull(tc) && len(t.req.Tools) > 0 {
 		// Without tools the only valid choices, none and auto, mean what
@@ -735,7 +732,7 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	if cerr := t.exchange(t.up.plain, req, resp, time.Now().Add(t.up.Tier.Deadline), false); cerr != nil {
-		abandon(ctx, claim)
+		abandon(claim)
 		return cerr
 	}
 	var c codec.Completion
@@ -743,24 +740,24 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		// An unreadable answer is an upstream failure like a 5xx; nothing
 		// reached the client, so it is answered in the 503 family.
 		t.up.Breaker.FailureOf(requestKey(req))
-		abandon(ctx, claim)
+		abandon(claim)
 		return t.retryAfter(errOverloaded, 0)
 	}
 	t.up.Breaker.Success()
 	t.answer = codec.Answer{Content: c.Content, ToolCalls: c.ToolCalls, Finish: finishReason(c.FinishReason, c.ToolCalls != nil)}
-	if t.wire == ChatV2 && t.reasons() {
+	if t.wire == chatV2 && t.reasons() {
 		t.answer.Reasoning = c.Reasoning
 	}
 	t.settleBill(&c.Usage, c.HasUsage, c.Content, c.Reasoning)
 	if cerr := t.checkStructured(c.Content); cerr != nil {
-		abandon(ctx, claim) // billed, and a retry may pass: nothing is stored
+		abandon(claim) // billed, and a retry may pass: nothing is stored
 		return cerr
 	}
 	t.out = t.out[:0]
 	switch t.wire {
-	case ChatV1:
+	case chatV1:
 		t.out = codec.AppendV1Completion(t.out, &t.head, &t.answer, &t.bill, t.gw)
-	case ChatV2:
+	case chatV2:
 		t.out = codec.AppendV2Completion(t.out, &t.head, &t.answer, &t.bill, t.requestID, &t.routing)
 	default:
 		t.out = codec.AppendOpenAICompletion(t.out, &t.head, &t.answer, &t.bill)
@@ -810,17 +807,17 @@ func finishReason(raw []byte, calledTools bool) string {
 }
 
 func (t *turn) checkStructured(content []byte) *codec.Error {
-	if t.plan.Schema == nil && !t.plan.JSONObject {
+	if t.intent.Schema == nil && !t.intent.JSONObject {
 		return nil
 	}
 	text, ok := unquote(content)
 	if !ok {
 		text = nil
 	}
-	if t.plan.Schema != nil {
-		return t.plan.Schema.Check(text)
+	if t.intent.Schema != nil {
+		return t.intent.Schema.Check(text)
 	}
-	return CheckJSONObject(text)
+	return checkJSONObject(text)
 }
 
 // unquote decodes a raw JSON string literal.

@@ -22,6 +22,8 @@ import (
 
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/logtest"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden transcripts under testdata/golden")
@@ -31,7 +33,7 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts under te
 type chatFixture struct {
 	client  *http.Client
 	key     string
-	logs    *lockedBuffer
+	logs    *logtest.Buffer
 	chat    *Chat
 	set     *metrics.Set
 	simDial func() (net.Conn, error)
@@ -49,7 +51,7 @@ type fixtureOptions struct {
 	idempotency hotpath.IdempotencyStore
 	principal   hotpath.Principal
 	dial        func() (net.Conn, error) // replaces the simulator
-	limits      *hotpath.Limits
+	limits      *meter.Limits
 	usage       hotpath.UsageSink
 	server      ServerConfig
 	tcp         bool // serve on a loopback TCP listener, not in memory
@@ -79,7 +81,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	for _, f := range opts {
 		f(&o)
 	}
-	f := &chatFixture{logs: &lockedBuffer{}, set: metrics.NewSet()}
+	f := &chatFixture{logs: &logtest.Buffer{}, set: metrics.NewSet()}
 	if o.dial == nil {
 		simLn := fasthttputil.NewInmemoryListener()
 		s := sim.New(sim.Config{})

@@ -12,7 +12,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/edgegw/gateway/bench/sim"
-	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // closeWatch records when the gateway closes each upstream connection.
@@ -60,7 +60,7 @@ func TestDeparturesReachTheUpstreamAtOnce(t *testing.T) {
 	t.Cleanup(s.Shutdown)
 	var dials atomic.Int64
 	sink := &recordingSink{}
-	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(nil))
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(nil))
 	f := newChatFixture(t, withLimits(l, sink, uncapped()), func(o *fixtureOptions) {
 		o.tcp = true
 		o.dial = func() (net.Conn, error) {

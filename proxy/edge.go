@@ -19,6 +19,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // Handler serves one route after the edge has identified the request. It
@@ -28,7 +29,7 @@ type Handler func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error
 
 // Header names the edge reads and writes.
 const (
-	HeaderRequestID       = "X-Request-Id"
+	headerRequestID       = "X-Request-Id"
 	HeaderVersion         = "Gateway-Version"
 	HeaderAuthorization   = "Authorization"
 	headerWWWAuthenticate = "WWW-Authenticate"
@@ -38,7 +39,7 @@ const (
 // Edge applies the cross-cutting rules to every route.
 type Edge struct {
 	verifier  *hotpath.Verifier
-	limits    *hotpath.Limits
+	limits    *meter.Limits
 	usage     hotpath.UsageSink
 	log       *slog.Logger
 	set       *metrics.Set
@@ -62,7 +63,7 @@ type EdgeConfig struct {
 	// duration and key id; never a path's query, a body or a key.
 	AccessLog bool
 	// Limits meters user routes in per-minute windows; nil meters nothing.
-	Limits *hotpath.Limits
+	Limits *meter.Limits
 	// Usage receives one ledger row per user request; nil records nothing.
 	Usage hotpath.UsageSink
 }
@@ -101,13 +102,13 @@ func (e *Edge) newRouteMetrics(name string) *routeMetrics {
 
 // Wrap returns the fasthttp handler for one route. Metrics are registered
 // here, once, never looked up per request.
-func (e *Edge) Wrap(method string, a hotpath.Access, wire Wire, h Handler) fasthttp.RequestHandler {
+func (e *Edge) Wrap(method string, a hotpath.Access, wire Envelope, h Handler) fasthttp.RequestHandler {
 	end := &routeEnd{e: e, m: e.newRouteMetrics(a.Name), a: a, method: method}
 	return func(ctx *fasthttp.RequestCtx) {
 		c := hotpath.AcquireCall()
 		c.Start, c.Ender = time.Now(), end
-		c.SetID(ctx.Request.Header.Peek(HeaderRequestID))
-		ctx.Response.Header.SetBytesV(HeaderRequestID, c.ID())
+		c.SetID(ctx.Request.Header.Peek(headerRequestID))
+		ctx.Response.Header.SetBytesV(headerRequestID, c.ID())
 		if err := e.serve(ctx, c, a, h); err != nil {
 			e.writeError(ctx, c, wire, err)
 		}
@@ -151,7 +152,7 @@ func (r *routeEnd) finish(c *hotpath.Call, method []byte, status int) {
 	}
 	if e.usage != nil && c.User != nil && !a.Unlogged {
 		u := &c.Usage
-		FillUsage(u, c, a.Name)
+		fillUsage(u, c, a.Name)
 		u.Status, u.DurationUS = status, time.Since(c.Start).Microseconds()
 		if c.ErrorCode != 0 {
 			u.ErrorCode = c.ErrorCode.String()
@@ -189,7 +190,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 		if e.limits != nil && a.Rate != hotpath.RateNone && a.Rate != hotpath.RateByHandler {
 			st, metered, refusal := e.limits.Hit(context.Background(), c.Start, p, a.Rate)
 			if metered {
-				SetRateHeaders(ctx, st)
+				setRateHeaders(ctx, st)
 			}
 			if refusal != nil {
 				return refusal
@@ -227,22 +228,22 @@ var (
 	rateResetKey     = []byte(headerRateReset)
 )
 
-// SetRateHeaders describes the per-minute request window. A window not yet
+// setRateHeaders describes the per-minute request window. A window not yet
 // opened resets a full window from now.
-func SetRateHeaders(ctx *fasthttp.RequestCtx, st hotpath.RateState) {
+func setRateHeaders(ctx *fasthttp.RequestCtx, st meter.RateState) {
 	var b [20]byte
 	h := &ctx.Response.Header
 	h.SetCanonical(rateLimitKey, appendInt(b[:0], int(st.Limit)))
 	h.SetCanonical(rateRemainingKey, appendInt(b[:0], int(st.Remaining)))
 	reset := st.ResetAt
 	if reset == 0 {
-		reset = time.Now().Add(hotpath.RateWindow).Unix()
+		reset = time.Now().Add(meter.RateWindow).Unix()
 	}
 	h.SetCanonical(rateResetKey, appendInt(b[:0], int(reset)))
 }
 
-// FillUsage fills the caller's side of a ledger row: who, when, which route.
-func FillUsage(r *hotpath.UsageRecord, c *hotpath.Call, route string) {
+// fillUsage fills the caller's side of a ledger row: who, when, which route.
+func fillUsage(r *hotpath.UsageRecord, c *hotpath.Call, route string) {
 	p := c.User
 	r.RequestID, r.At, r.Route = c.IDString(), c.Start, route
 	r.KeyID, r.UserID, r.OrgID, r.WorkspaceID, r.Bucket = p.KeyID, p.UserID, p.OrgID, p.WorkspaceID, p.Kind.Bucket()
@@ -283,7 +284,7 @@ func pinVersion(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 
 // writeError answers err in the route's envelope. Errors that are not
 // *codec.Error are logged with the request id and answered internal_error.
-func (e *Edge) writeError(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire Wire, err error) {
+func (e *Edge) writeError(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire Envelope, err error) {
 	var cerr *codec.Error
 	if !errors.As(err, &cerr) {
 		e.log.Error("request failed", "request_id", c.IDString(), "err", err)
@@ -303,11 +304,11 @@ func (e *Edge) countError(c *hotpath.Call, cerr *codec.Error) {
 
 // WriteError writes cerr as the whole response in the wire's envelope, with
 // the headers its code calls for.
-func WriteError(ctx *fasthttp.RequestCtx, wire Wire, cerr *codec.Error, requestID []byte) {
+func WriteError(ctx *fasthttp.RequestCtx, wire Envelope, cerr *codec.Error, requestID []byte) {
 	writeError(&ctx.Response, wire, cerr, requestID)
 }
 
-func writeError(resp *fasthttp.Response, wire Wire, cerr *codec.Error, requestID []byte) {
+func writeError(resp *fasthttp.Response, wire Envelope, cerr *codec.Error, requestID []byte) {
 	status := cerr.Status()
 	resp.ResetBody()
 	resp.SetStatusCode(status)
@@ -320,7 +321,7 @@ func writeError(resp *fasthttp.Response, wire Wire, cerr *codec.Error, requestID
 		resp.Header.SetBytesV(headerRetryAfter, appendInt(b[:0], cerr.Detail.RetryAfter))
 	}
 	b := bytebufferpool.Get()
-	if wire == WireOpenAI {
+	if wire == EnvelopeOpenAI {
 		b.B = codec.AppendOpenAIError(b.B, cerr)
 	} else {
 		b.B = codec.AppendV1Error(b.B, cerr, requestID)

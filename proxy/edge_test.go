@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/logtest"
 )
 
 // mapSource is a KeySource over fixed maps.
@@ -44,27 +44,9 @@ func (m *mapSource) LookupServiceToken(_ context.Context, h hotpath.TokenHash) (
 	return nil, hotpath.ErrKeyNotFound
 }
 
-// lockedBuffer collects log output from concurrent handlers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type edgeFixture struct {
 	client  *http.Client
-	logs    *lockedBuffer
+	logs    *logtest.Buffer
 	user    string // a key holding only the memory family
 	full    string // an unscoped key
 	service string
@@ -73,7 +55,7 @@ type edgeFixture struct {
 
 func newEdgeFixture(t *testing.T) *edgeFixture {
 	t.Helper()
-	f := &edgeFixture{logs: &lockedBuffer{}}
+	f := &edgeFixture{logs: &logtest.Buffer{}}
 	src := &mapSource{users: map[hotpath.TokenHash]*hotpath.Principal{}, svcs: map[hotpath.TokenHash]*hotpath.ServiceToken{}}
 	var h hotpath.TokenHash
 	f.user, h = hotpath.GenerateToken(hotpath.TokenUser)

@@ -31,7 +31,7 @@ func FuzzChatRequest(f *testing.F) {
 		// The first decode of a type compiles its decoder: not the input's cost.
 		var req codec.ChatRequest
 		if codec.DecodeRequest([]byte(seed), &req) == nil {
-			_, _ = ValidateChat(&req, ChatV1, tiers, p, codec.CurrentVersion, true)
+			_, _ = validateChat(&req, chatV1, tiers, p, codec.CurrentVersion, true)
 		}
 	}
 	const allocPerByte, allowance = 256, 4 << 20
@@ -41,7 +41,7 @@ func FuzzChatRequest(f *testing.F) {
 		var req codec.ChatRequest
 		var cerr *codec.Error
 		if cerr = codec.DecodeRequest(body, &req); cerr == nil {
-			_, cerr = ValidateChat(&req, ChatV1, tiers, p, codec.CurrentVersion, true)
+			_, cerr = validateChat(&req, chatV1, tiers, p, codec.CurrentVersion, true)
 		}
 		runtime.ReadMemStats(&after)
 		if cerr != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // rawConn speaks HTTP/1.1 over one client connection to the fixture's
@@ -143,8 +144,8 @@ func TestStreamsCloseWhenTheClientAsks(t *testing.T) {
 // client's next request: a key allowed one request at a time streams turn
 // after turn on one connection without a 429.
 func TestNextRequestOnAKeptConnectionFindsTheSlotFree(t *testing.T) {
-	c := hotpath.NewMemoryCounters(hotpath.NoSeeder{})
-	l := newLimits(t, c, testPlan(func(p *hotpath.Plan) { p.MaxConcurrent = 1 }))
+	c := meter.NewMemoryCounters(meter.NoSeeder{})
+	l := newLimits(t, c, testPlan(func(p *meter.Plan) { p.MaxConcurrent = 1 }))
 	f := newChatFixture(t, withLimits(l, nil, uncapped()))
 	rc := f.dialRaw(t)
 	for i := range 20 {
@@ -209,7 +210,7 @@ func TestStreamsCloseTheirConnectionOnceShutdownBegins(t *testing.T) {
 // known length, so the connection serves the client's next request. The
 // refusal counts on its route as what it was, and its ledger row says so.
 func TestStreamsRefusedBeforeTheirFirstByteKeepTheirConnection(t *testing.T) {
-	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(nil))
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(nil))
 	sink := &recordingSink{}
 	f := newChatFixture(t, withLimits(l, sink, uncapped()))
 	rc := f.dialRaw(t)

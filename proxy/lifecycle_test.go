@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // The connection lifecycle, byte by byte over loopback TCP: what a client
@@ -80,7 +80,7 @@ func requireKind(t *testing.T, k lcKind, resp *http.Response, body []byte, err e
 	t.Helper()
 	require.NoError(t, err)
 	require.Equal(t, k.status, resp.StatusCode, "%s: %s", k.name, body)
-	require.NotEmpty(t, resp.Header.Get(HeaderRequestID))
+	require.NotEmpty(t, resp.Header.Get(headerRequestID))
 	require.NotEmpty(t, resp.Header.Get(HeaderVersion))
 }
 
@@ -287,7 +287,7 @@ func TestHalfClosedClientIsServedOrCleanlyAbandoned(t *testing.T) {
 // and the ledger row says what happened.
 func TestClientThatLeavesMidStreamIsBilledAndFreed(t *testing.T) {
 	sink := &recordingSink{}
-	l := newLimits(t, hotpath.NewMemoryCounters(hotpath.NoSeeder{}), testPlan(func(p *hotpath.Plan) { p.MaxConcurrent = 1 }))
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(func(p *meter.Plan) { p.MaxConcurrent = 1 }))
 	f := newLifecycleFixture(t, withLimits(l, sink, uncapped()))
 	for i, path := range lcPaths {
 		rc := f.dialRaw(t)
@@ -356,7 +356,7 @@ func TestHTTPLayerErrorsSpeakTheProductsLanguage(t *testing.T) {
 			resp, body, err := rc.read(t)
 			require.NoError(t, err)
 			require.Equal(t, c.status, resp.StatusCode, string(body))
-			require.NotEmpty(t, resp.Header.Get(HeaderRequestID))
+			require.NotEmpty(t, resp.Header.Get(headerRequestID))
 			require.NotEmpty(t, resp.Header.Get(HeaderVersion))
 			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 			if c.openai {

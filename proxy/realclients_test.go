@@ -19,14 +19,15 @@ import (
 
 	"github.com/edgegw/gateway/bench/frameorder"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/logtest"
 )
 
 // captureStdLog collects what the standard logger prints while a test runs:
 // Go's HTTP transport reports a response on an idle connection there
 // ("Unsolicited response received on idle HTTP channel").
-func captureStdLog(t *testing.T) *lockedBuffer {
+func captureStdLog(t *testing.T) *logtest.Buffer {
 	t.Helper()
-	buf := &lockedBuffer{}
+	buf := &logtest.Buffer{}
 	prev := log.Writer()
 	log.SetOutput(buf)
 	t.Cleanup(func() { log.SetOutput(prev) })

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // cannedTransport answers every upstream call with one fixed completion,
@@ -73,10 +74,10 @@ func (d *discardSink) Record(r *hotpath.UsageRecord) { d.last = *r }
 // a concurrency lease and a spend-cap reservation on the in-process
 // counters, and a ledger row.
 func metered(t testing.TB) func(*fixtureOptions) {
-	c := hotpath.NewMemoryCounters(hotpath.NoSeeder{})
-	plan := hotpath.DefaultPlan()
+	c := meter.NewMemoryCounters(meter.NoSeeder{})
+	plan := meter.DefaultPlan()
 	plan.RequestsPerMinute, plan.OrgRequestsPerMinute = 1<<40, 1<<40
-	l, err := hotpath.NewLimits(c, []hotpath.Plan{plan}, plan.Name, nil)
+	l, err := meter.NewLimits(meter.LimitsConfig{Counters: c, Plans: []meter.Plan{plan}, DefaultPlan: plan.Name, Tiers: hotpath.DefaultTiers()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +106,6 @@ func BenchmarkNonStreamRequest(b *testing.B) {
 // streamTransport answers every upstream call with a canned SSE stream of
 // n content frames, read from memory.
 type streamTransport struct{ body []byte }
-
-func newStreamTransport(n int) streamTransport { return newWordStreamTransport(n, "word") }
 
 // newWordStreamTransport answers n content frames of one word each.
 func newWordStreamTransport(n int, word string) streamTransport {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/hotpath/tokens"
 )
 
@@ -25,8 +26,8 @@ import (
 // call and never changes after it.
 func (t *turn) route(p *hotpath.Principal) *codec.Error {
 	ch := t.ch
-	if !t.plan.Auto {
-		up := ch.upstreamFor(t.plan.Tier.Name)
+	if !t.intent.Auto {
+		up := ch.upstreamFor(t.intent.Tier.Name)
 		if !up.Breaker.Allow() {
 			return unavailableFor(up.Breaker.RetryAfter())
 		}
@@ -38,9 +39,9 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 		case t.poolsLow:
 			// The plan's pools are running out: mira first, whatever
 			// the request's shape.
-		case t.plan.EffortSet && t.plan.Effort == hotpath.EffortHigh:
+		case t.intent.EffortSet && t.intent.Effort == hotpath.EffortHigh:
 			order = [3]string{"kavi", "vaani", "mira"}
-		case t.plan.HasTools || t.plan.EffortSet && t.plan.Effort != hotpath.EffortNone:
+		case t.intent.HasTools || t.intent.EffortSet && t.intent.Effort != hotpath.EffortNone:
 			order = [3]string{"vaani", "kavi", "mira"}
 		}
 		candidates, fitting := 0, 0
@@ -89,15 +90,15 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 	switch {
 	case !tier.Graded:
 		t.routing.Effort = string(hotpath.EffortNone)
-	case t.plan.EffortSet:
-		t.routing.Effort = string(t.plan.Effort)
+	case t.intent.EffortSet:
+		t.routing.Effort = string(t.intent.Effort)
 	default:
 		t.routing.Effort = string(tier.DefaultEffort)
 	}
-	if t.plan.Auto || t.plan.MaxTokens == 0 {
-		t.plan.MaxTokens = int64(tier.MaxOutput)
-		if t.req.MaxTokens != nil && *t.req.MaxTokens < t.plan.MaxTokens {
-			t.plan.MaxTokens = *t.req.MaxTokens
+	if t.intent.Auto || t.intent.MaxTokens == 0 {
+		t.intent.MaxTokens = int64(tier.MaxOutput)
+		if t.req.MaxTokens != nil && *t.req.MaxTokens < t.intent.MaxTokens {
+			t.intent.MaxTokens = *t.req.MaxTokens
 		}
 	}
 	return nil
@@ -110,10 +111,10 @@ func (t *turn) capability(tier *hotpath.Tier) *codec.Error {
 	if !tier.SupportsVision && t.images {
 		return t.ch.errImages
 	}
-	if t.plan.HasTools && !tier.SupportsTools {
+	if t.intent.HasTools && !tier.SupportsTools {
 		return codec.NewError(codec.CodeInvalidRequest, "tools: the "+tier.Name+" tier does not call tools.")
 	}
-	return CheckStructuredSupport(tier, tier.SupportsStructured, t.plan)
+	return checkStructuredSupport(tier, tier.SupportsStructured, t.intent)
 }
 
 // hasImages reports an image part in any message's content.
@@ -160,7 +161,7 @@ func (t *turn) fits(up *Upstream) bool {
 		return true
 	}
 	limit := window
-	if t.plan.Auto {
+	if t.intent.Auto {
 		// Auto may try every tier: one count to the largest window
 		// serves them all.
 		limit = t.ch.maxWindow
@@ -275,7 +276,7 @@ func (t *turn) settleBill(u *codec.Usage, has bool, delivered ...[]byte) {
 			b.OutputTokens += int64(countLiterals(d))
 		}
 	}
-	b.Price()
+	b.AmountPico = meter.Cost(&tier.Prices, b.InputTokens, b.CacheReadTokens, b.OutputTokens)
 	m := &t.up.meter
 	m.input.Add(int(b.InputTokens))
 	m.output.Add(int(b.OutputTokens))

@@ -11,23 +11,23 @@ import (
 	"github.com/edgegw/gateway/hotpath"
 )
 
-// Wire selects the error envelope a route answers in.
-type Wire uint8
+// Envelope selects the error envelope a route answers in.
+type Envelope uint8
 
 const (
-	// WireAPI is the gateway's own envelope: code, error, request_id, details.
-	WireAPI Wire = iota
-	// WireOpenAI is {error:{message,type,param,code}} for the /v1 routes.
-	WireOpenAI
+	// EnvelopeAPI is the gateway's own envelope: code, error, request_id, details.
+	EnvelopeAPI Envelope = iota
+	// EnvelopeOpenAI is {error:{message,type,param,code}} for the /v1 routes.
+	EnvelopeOpenAI
 )
 
-// wireOf picks the envelope from the path: the OpenAI-compatible family
+// envelopeOf picks the envelope from the path: the OpenAI-compatible family
 // lives under /v1, everything else is the gateway's own.
-func wireOf(path string) Wire {
+func envelopeOf(path string) Envelope {
 	if strings.HasPrefix(path, "/v1/") {
-		return WireOpenAI
+		return EnvelopeOpenAI
 	}
-	return WireAPI
+	return EnvelopeAPI
 }
 
 // Router is the route table of both planes behind one Edge.
@@ -50,10 +50,10 @@ func NewRouter(edge *Edge) *Router {
 	rt := &Router{edge: edge, r: r}
 	notFound := func(code *codec.Error) fasthttp.RequestHandler {
 		h := func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error { return code }
-		api := edge.Wrap("", hotpath.Access{Name: "unmatched"}, WireAPI, h)
-		openai := edge.Wrap("", hotpath.Access{Name: "unmatched"}, WireOpenAI, h)
+		api := edge.Wrap("", hotpath.Access{Name: "unmatched"}, EnvelopeAPI, h)
+		openai := edge.Wrap("", hotpath.Access{Name: "unmatched"}, EnvelopeOpenAI, h)
 		return func(ctx *fasthttp.RequestCtx) {
-			if wireOf(string(ctx.Path())) == WireOpenAI {
+			if envelopeOf(string(ctx.Path())) == EnvelopeOpenAI {
 				openai(ctx)
 				return
 			}
@@ -85,7 +85,7 @@ func (rt *Router) Handle(method, path string, a hotpath.Access, h func(*fasthttp
 
 // HandleOnly registers a route at exactly one path.
 func (rt *Router) HandleOnly(method, path string, a hotpath.Access, h func(*fasthttp.RequestCtx, *hotpath.Call) error) {
-	rt.r.Handle(method, path, rt.edge.Wrap(method, a, wireOf(path), h))
+	rt.r.Handle(method, path, rt.edge.Wrap(method, a, envelopeOf(path), h))
 }
 
 // Handler returns the fasthttp handler serving the table, behind the HTTP

@@ -24,10 +24,10 @@ const (
 	schemaURL  = schemaBase + "schema.json"
 )
 
-// CompiledSchema is a response_format json_schema, checked against the
+// compiledSchema is a response_format json_schema, checked against the
 // gateway's bounds and keyword allow-list and compiled (draft 2020-12), ready
 // to check the model's output. It is safe for concurrent use.
-type CompiledSchema struct {
+type compiledSchema struct {
 	sch *jsonschema.Schema
 	// declared holds every property name the schema names under properties
 	// or required: the only object keys of an output that an error message
@@ -56,12 +56,12 @@ func supportedKeyword(k string) bool {
 	return false
 }
 
-// CompileSchema checks and compiles the schema of a response_format
+// compileSchema checks and compiles the schema of a response_format
 // json_schema: at most 32 KiB, a JSON object nested at most 16 deep, using
 // only supported keywords, with references only inside itself, and valid
 // under draft 2020-12. Any failure is 400 invalid_schema saying what is
 // wrong.
-func CompileSchema(raw []byte) (*CompiledSchema, *codec.Error) {
+func compileSchema(raw []byte) (*compiledSchema, *codec.Error) {
 	raw = trimJSONSpace(raw)
 	if len(raw) > maxResponseSchemaBytes {
 		return nil, schemaRefusal("exceeds the bound of "+strconv.Itoa(maxResponseSchemaBytes)+" bytes.", "bytes", maxResponseSchemaBytes)
@@ -79,7 +79,7 @@ func CompileSchema(raw []byte) (*CompiledSchema, *codec.Error) {
 	if err != nil {
 		return nil, schemaRefusal("is not valid JSON.", "", 0)
 	}
-	s := &CompiledSchema{declared: map[string]struct{}{}}
+	s := &compiledSchema{declared: map[string]struct{}{}}
 	if e := s.walk(doc, ""); e != nil {
 		return nil, e
 	}
@@ -113,7 +113,7 @@ func schemaRefusal(msg, bound string, limit int64) *codec.Error {
 // collects the declared property names. ptr is the JSON pointer of v in the
 // schema document. Values that are not schemas where one is expected are
 // left to the compiler, which explains them against the metaschema.
-func (s *CompiledSchema) walk(v any, ptr string) *codec.Error {
+func (s *compiledSchema) walk(v any, ptr string) *codec.Error {
 	obj, ok := v.(map[string]any)
 	if !ok {
 		return nil // a boolean schema, or a malformed one the compiler reports
@@ -228,7 +228,7 @@ func localRef(u string) string {
 // message that names where and which rule failed, in terms of the schema:
 // it never quotes the output's values, and it shows an object key of the
 // output only when the schema declares that name.
-func (s *CompiledSchema) Check(output []byte) *codec.Error {
+func (s *compiledSchema) Check(output []byte) *codec.Error {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(output))
 	if err != nil {
 		return errOutputNotJSON
@@ -259,10 +259,10 @@ func unsatisfied(why string) *codec.Error {
 	return &codec.Error{Code: codec.CodeStructuredOutputUnsatisfied, Message: msg}
 }
 
-// CheckJSONObject reports whether output, the model's reply, is a single
+// checkJSONObject reports whether output, the model's reply, is a single
 // JSON object, as response_format json_object asks; otherwise it is 422
 // structured_output_unsatisfied.
-func CheckJSONObject(output []byte) *codec.Error {
+func checkJSONObject(output []byte) *codec.Error {
 	b := trimJSONSpace(output)
 	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
 		return errOutputNotObject
@@ -360,7 +360,7 @@ func describeFailure(k jsonschema.ErrorKind) string {
 // outputPointer renders the JSON pointer of a place in the output, walking
 // the decoded output alongside: array indexes and declared property names
 // are shown, any other object key as "*".
-func (s *CompiledSchema) outputPointer(v any, loc []string) string {
+func (s *compiledSchema) outputPointer(v any, loc []string) string {
 	if len(loc) == 0 {
 		return "the top level"
 	}

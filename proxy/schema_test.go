@@ -11,9 +11,9 @@ import (
 	"github.com/edgegw/gateway/codec"
 )
 
-func mustCompile(t testing.TB, schema string) *CompiledSchema {
+func mustCompile(t testing.TB, schema string) *compiledSchema {
 	t.Helper()
-	s, cerr := CompileSchema([]byte(schema))
+	s, cerr := compileSchema([]byte(schema))
 	require.Nil(t, cerr, "schema: %s", schema)
 	return s
 }
@@ -108,7 +108,7 @@ func TestCompiledSchemaRecursion(t *testing.T) {
 			`{"type":"array","minItems":1,"items":{"$ref":"#"}}`,
 			`{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/b"}]},"b":{"anyOf":[{"$ref":"#/$defs/a"}]}},"type":"object","properties":{"x":{"$ref":"#/$defs/a"}}}`,
 		} {
-			_, cerr := CompileSchema([]byte(schema))
+			_, cerr := compileSchema([]byte(schema))
 			require.NotNil(t, cerr, schema)
 			require.Equal(t, codec.CodeInvalidSchema, cerr.Code)
 			require.Contains(t, cerr.Message, "refers back to itself without end", schema)
@@ -144,7 +144,7 @@ func TestCompileSchema(t *testing.T) {
 		{name: "exactly 32 KiB", schema: `{"description":"` + strings.Repeat("x", 32<<10-18) + `"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, cerr := CompileSchema([]byte(tc.schema))
+			s, cerr := compileSchema([]byte(tc.schema))
 			if tc.msg == "" {
 				require.Nil(t, cerr)
 				require.NotNil(t, s)
@@ -177,7 +177,7 @@ func TestCheckJSONObject(t *testing.T) {
 		{name: "prose around it", output: `Here: {"a":1}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cerr := CheckJSONObject([]byte(tc.output))
+			cerr := checkJSONObject([]byte(tc.output))
 			if tc.ok {
 				require.Nil(t, cerr)
 				return
@@ -216,7 +216,7 @@ func BenchmarkCompileSchema(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(raw)))
 	for b.Loop() {
-		if _, cerr := CompileSchema(raw); cerr != nil {
+		if _, cerr := compileSchema(raw); cerr != nil {
 			b.Fatal(cerr)
 		}
 	}
@@ -235,7 +235,7 @@ func BenchmarkCompiledSchemaCheck(b *testing.B) {
 }
 
 func TestSchemaAcceptsGeneratorMetadata(t *testing.T) {
-	s, cerr := CompileSchema([]byte(`{"$schema":"https://json-schema.org/draft/2020-12/schema","$id":"urn:example:x","$comment":"made by a generator","type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}`))
+	s, cerr := compileSchema([]byte(`{"$schema":"https://json-schema.org/draft/2020-12/schema","$id":"urn:example:x","$comment":"made by a generator","type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}`))
 	require.Nil(t, cerr)
 	require.Nil(t, s.Check([]byte(`{"a":1}`)))
 	require.NotNil(t, s.Check([]byte(`{"a":"x"}`)))

@@ -174,11 +174,11 @@ func hasField(raw []byte, name string) bool {
 func (e *Edge) refuse(ctx *fasthttp.RequestCtx, cerr *codec.Error, close bool) {
 	var id [36]byte
 	rid := hotpath.AppendRequestID(id[:0])
-	ctx.Response.Header.SetBytesV(HeaderRequestID, rid)
+	ctx.Response.Header.SetBytesV(headerRequestID, rid)
 	var v [10]byte
 	ctx.Response.Header.SetBytesV(HeaderVersion, codec.CurrentVersion.AppendTo(v[:0]))
 	e.errors[cerr.Code].Inc()
-	WriteError(ctx, wireOf(string(ctx.Path())), cerr, rid)
+	WriteError(ctx, envelopeOf(string(ctx.Path())), cerr, rid)
 	if close {
 		ctx.SetConnectionClose()
 	}

@@ -136,7 +136,7 @@ func (t *turn) callGuarded(req *fasthttp.Request, resp *fasthttp.Response) (cerr
 // body has its length, so the connection can serve the client's next
 // request.
 func (t *turn) refuse(conn net.Conn, head *fasthttp.Response, cerr *codec.Error, owned bool) {
-	writeError(head, t.wire.wire(), cerr, t.requestID)
+	writeError(head, t.wire.envelope(), cerr, t.requestID)
 	if t.lastConn {
 		head.Header.SetConnectionClose()
 	}
@@ -214,7 +214,7 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 		}
 		next = kc
 	}
-	t.admitted()
+	t.finishAdmission()
 	c := t.hcall
 	t.account(&c.Usage)
 	c.Ender.End(c, status, cerr)
@@ -322,11 +322,11 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	defer func() { t.ch.m.streamDuration.Update(time.Since(began).Seconds()) }()
 
 	// t.out holds the response head; the first frame goes out with it.
-	if t.wire == ChatV2 {
+	if t.wire == chatV2 {
 		t.out = codec.AppendV2Start(t.out, &t.head, t.requestID, &t.routing)
 	} else {
 		var gw []byte
-		if t.wire == ChatV1 {
+		if t.wire == chatV1 {
 			gw = t.gw
 		}
 		t.out = codec.AppendChunkRole(t.out, &t.head, gw)
@@ -366,7 +366,7 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 		}
 		if n > 0 && !t.gone {
 			sc.Commit(n)
-			if !t.drain(w, sc, &chunk, &st) || !t.keepQuiet(w, time.Now()) {
+			if !t.relayRead(w, sc, &chunk, &st) || !t.keepQuiet(w, time.Now()) {
 				t.gone = true
 			}
 			if t.cw == nil && !t.flushPending(w) {
@@ -402,7 +402,7 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 		st.finish = finishReason(nil, st.sawTools)
 	}
 	t.beginFrame()
-	if t.wire == ChatV2 {
+	if t.wire == chatV2 {
 		// The finish event carries the usage.
 		t.settleBill(&st.usage, st.hasUsage, t.delivered)
 		if st.deltas == 0 {
@@ -415,7 +415,7 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 		return t.flush(w)
 	}
 	t.out = codec.AppendChunkFinish(t.out, &t.head, st.finish)
-	usageFrame := t.wire == ChatV1 || t.req.StreamOptions != nil && t.req.StreamOptions.IncludeUsage
+	usageFrame := t.wire == chatV1 || t.req.StreamOptions != nil && t.req.StreamOptions.IncludeUsage
 	if !st.hasUsage {
 		// The usage must be counted: the finish frame (and, without a
 		// usage frame, the whole ending) goes out first, so the client
@@ -444,11 +444,11 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	return t.flush(w)
 }
 
-// drain turns every complete upstream event of one read into client frames,
+// relayRead turns every complete upstream event of one read into client frames,
 // which wait in t.out: they go out together, as one write, when the
 // upstream has nothing more for the moment (flushPending, called before the
 // next upstream read would wait). It returns false when the client is gone.
-func (t *turn) drain(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chunk, st *streamState) bool {
+func (t *turn) relayRead(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chunk, st *streamState) bool {
 	for {
 		ev, ok, err := sc.Next()
 		if err != nil {
@@ -475,14 +475,14 @@ func (t *turn) drain(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chunk, 
 			t.deliver(chunk.Reasoning)
 			// v2 orders reasoning before the answer; a trace fragment an
 			// upstream sends after answer text has begun is billed, not shown.
-			if t.wire == ChatV2 && t.reasons() && st.deltas == 0 {
+			if t.wire == chatV2 && t.reasons() && st.deltas == 0 {
 				t.out = codec.AppendV2Reasoning(t.out, chunk.Reasoning)
 			}
 		}
 		if len(chunk.Content) > 2 {
 			st.deltas++
 			t.deliver(chunk.Content)
-			if t.wire == ChatV2 {
+			if t.wire == chatV2 {
 				t.out = codec.AppendV2Content(t.out, chunk.Content)
 			} else {
 				t.out = codec.AppendChunkContent(t.out, &t.head, chunk.Content)
@@ -491,7 +491,7 @@ func (t *turn) drain(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chunk, 
 		if chunk.ToolCalls != nil {
 			st.deltas++
 			st.sawTools = true
-			if t.wire == ChatV2 {
+			if t.wire == chatV2 {
 				t.out = codec.AppendV2ToolCalls(t.out, chunk.ToolCalls)
 			} else {
 				t.out = codec.AppendChunkToolCalls(t.out, &t.head, chunk.ToolCalls)
@@ -577,9 +577,9 @@ func (t *turn) fail(w *clientWriter, cerr *codec.Error) {
 	t.settleBill(nil, false, t.delivered)
 	t.beginFrame()
 	switch t.wire {
-	case ChatOpenAI:
+	case chatOpenAI:
 		t.out = codec.AppendChunkError(t.out, cerr)
-	case ChatV2:
+	case chatV2:
 		t.out = codec.AppendV2Error(t.out, cerr, t.requestID)
 	}
 	// The stream ends the way its wire says — an error frame, or on

@@ -192,9 +192,6 @@ func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breake
 	return up, nil
 }
 
-// Model is the upstream model id.
-func (up *Upstream) Model() string { return up.cfg.Model }
-
 // idleConn bounds each read by an idle timeout, without lifting a deadline
 // the client set for the whole exchange. Moving a deadline costs a runtime
 // timer update, so it is moved only when a quarter of the idle bound has

@@ -12,23 +12,23 @@ import (
 	"github.com/edgegw/gateway/hotpath"
 )
 
-// ChatWire identifies which chat route a request came in on.
-type ChatWire uint8
+// chatWire identifies which chat route a request came in on.
+type chatWire uint8
 
 // The three chat routes.
 const (
-	// ChatV1 is POST /api/v1/chat.
-	ChatV1 ChatWire = iota + 1
-	// ChatV2 is POST /api/v2/chat.
-	ChatV2
-	// ChatOpenAI is POST /v1/chat/completions.
-	ChatOpenAI
+	// chatV1 is POST /api/v1/chat.
+	chatV1 chatWire = iota + 1
+	// chatV2 is POST /api/v2/chat.
+	chatV2
+	// chatOpenAI is POST /v1/chat/completions.
+	chatOpenAI
 )
 
 // native reports whether w is one of the native routes, which add memory,
 // standing rules, vaults and files. Anything else, including the zero
 // value, gets the OpenAI route's narrower treatment.
-func (w ChatWire) native() bool { return w == ChatV1 || w == ChatV2 }
+func (w chatWire) native() bool { return w == chatV1 || w == chatV2 }
 
 // Bounds on the JSON schemas a request carries.
 const (
@@ -42,15 +42,15 @@ const (
 	maxTools = 128
 )
 
-// Plan is what validation decides: everything the pipeline needs, computed
+// chatIntent is what validation decides: everything the pipeline needs, computed
 // once.
-type Plan struct {
-	// Tier is the requested tier, pointing into the tiers ValidateChat was
+type chatIntent struct {
+	// Tier is the requested tier, pointing into the tiers validateChat was
 	// given; nil when Model is auto (the router decides later).
 	Tier *hotpath.Tier
 	// Auto is true for model auto. The key's model allowlist is then the
 	// router's to apply: it picks among the tiers the allowlist admits.
-	// ValidateChat only refuses auto when the allowlist admits none of the
+	// validateChat only refuses auto when the allowlist admits none of the
 	// configured tiers.
 	Auto bool
 	// MaxTokens is the requested max_tokens clamped to the tier's cap, or the
@@ -64,7 +64,7 @@ type Plan struct {
 	// HasTools is true when the request declares at least one tool.
 	HasTools bool
 	// Schema is the compiled response_format json_schema, or nil.
-	Schema *CompiledSchema
+	Schema *compiledSchema
 	// JSONObject is true for response_format json_object.
 	JSONObject bool
 	// MemoryRecall, MemoryCapture and Rules are the effective switches:
@@ -118,30 +118,30 @@ func scopeRefusal(field string, f hotpath.Family) *codec.Error {
 		Detail:  codec.Detail{RequiredScope: f.String()}}
 }
 
-// ValidateChat checks everything the specification lists about a chat
+// validateChat checks everything the specification lists about a chat
 // request before anything goes upstream or is billed, and returns the first
 // refusal. The checks run in a fixed order: model, messages, file_ids,
 // memory and rules scopes, numeric ranges, reasoning_effort, tools,
 // tool_choice, response_format.
 //
-// tiers are the configured tiers; Plan.Tier points into it. p is the
+// tiers are the configured tiers; chatIntent.Tier points into it. p is the
 // verified caller and must not be nil. version is the version serving the
 // request and pinned reports whether the client pinned it.
 //
 // A refusal may be a shared value: treat it as read-only. A request that
 // passes costs no allocation unless it carries content parts, a tool_choice
 // object or a response_format json_schema (compiled here, once).
-func ValidateChat(req *codec.ChatRequest, wire ChatWire, tiers []hotpath.Tier, p *hotpath.Principal, version codec.Version, pinned bool) (Plan, *codec.Error) {
-	var plan Plan
-	if e := validateChat(&plan, req, wire, tiers, p, version, pinned); e != nil {
-		return Plan{}, e
+func validateChat(req *codec.ChatRequest, wire chatWire, tiers []hotpath.Tier, p *hotpath.Principal, version codec.Version, pinned bool) (chatIntent, *codec.Error) {
+	var intent chatIntent
+	if e := checkChat(&intent, req, wire, tiers, p, version, pinned); e != nil {
+		return chatIntent{}, e
 	}
-	return plan, nil
+	return intent, nil
 }
 
-// validateChat fills plan as it checks; on a refusal plan is half-filled
-// and ValidateChat drops it.
-func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hotpath.Tier, p *hotpath.Principal, version codec.Version, pinned bool) *codec.Error {
+// checkChat fills intent as it checks; on a refusal intent is half-filled
+// and validateChat drops it.
+func checkChat(intent *chatIntent, req *codec.ChatRequest, wire chatWire, tiers []hotpath.Tier, p *hotpath.Principal, version codec.Version, pinned bool) *codec.Error {
 	native := wire.native()
 
 	// model
@@ -149,7 +149,7 @@ func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hot
 	case "":
 		return errModelRequired
 	case "auto":
-		plan.Auto = true
+		intent.Auto = true
 		if e := checkAutoAllowed(tiers, p); e != nil {
 			return e
 		}
@@ -159,16 +159,16 @@ func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hot
 		}
 		for i := range tiers {
 			if tiers[i].Name == req.Model {
-				plan.Tier = &tiers[i]
+				intent.Tier = &tiers[i]
 				break
 			}
 		}
-		if plan.Tier == nil {
+		if intent.Tier == nil {
 			return errModelUnknown
 		}
-		if !p.AllowsModel(plan.Tier.Name) {
+		if !p.AllowsModel(intent.Tier.Name) {
 			return &codec.Error{Code: codec.CodeModelNotAllowed,
-				Message: "model: this key may not use " + plan.Tier.Name + "."}
+				Message: "model: this key may not use " + intent.Tier.Name + "."}
 		}
 	}
 
@@ -205,7 +205,7 @@ func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hot
 	// memory and standing rules: native routes only; the OpenAI route
 	// ignores the fields and never recalls, captures or injects rules.
 	if native {
-		if e := planMemory(plan, req, p); e != nil {
+		if e := intentMemory(intent, req, p); e != nil {
 			return e
 		}
 	}
@@ -221,11 +221,11 @@ func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hot
 		if *m < 1 {
 			return errMaxTokens
 		}
-		plan.MaxTokens = *m
+		intent.MaxTokens = *m
 	}
-	if plan.Tier != nil {
-		if limit := int64(plan.Tier.MaxOutput); plan.MaxTokens == 0 || plan.MaxTokens > limit {
-			plan.MaxTokens = limit
+	if intent.Tier != nil {
+		if limit := int64(intent.Tier.MaxOutput); intent.MaxTokens == 0 || intent.MaxTokens > limit {
+			intent.MaxTokens = limit
 		}
 	}
 
@@ -235,7 +235,7 @@ func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hot
 		if !ok {
 			return errEffort
 		}
-		plan.Effort, plan.EffortSet = effort, true
+		intent.Effort, intent.EffortSet = effort, true
 	}
 
 	// tools
@@ -251,7 +251,7 @@ func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hot
 			return e
 		}
 	}
-	plan.HasTools = len(req.Tools) > 0
+	intent.HasTools = len(req.Tools) > 0
 
 	// tool_choice
 	if e := checkToolChoice(req.ToolChoice, req.Tools); e != nil {
@@ -263,7 +263,7 @@ func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hot
 		switch rf.Type {
 		case "text":
 		case "json_object":
-			plan.JSONObject = true
+			intent.JSONObject = true
 		case "json_schema":
 			js := rf.JSONSchema
 			if js == nil {
@@ -276,11 +276,11 @@ func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hot
 			if len(raw) == 0 || isJSONNull(raw) {
 				return errFormatSchema
 			}
-			s, e := CompileSchema(raw)
+			s, e := compileSchema(raw)
 			if e != nil {
 				return e
 			}
-			plan.Schema = s
+			intent.Schema = s
 		default:
 			return errFormatType
 		}
@@ -288,12 +288,12 @@ func validateChat(plan *Plan, req *codec.ChatRequest, wire ChatWire, tiers []hot
 	return nil
 }
 
-// CheckStructuredSupport refuses a plan that asks for structured output
+// checkStructuredSupport refuses an intent that asks for structured output
 // (a json_schema or json_object response format) from a tier that cannot
 // constrain its decoding: supports reports whether t can. t may be nil for
 // a tier not yet known by name; the message then says so generically.
-func CheckStructuredSupport(t *hotpath.Tier, supports bool, plan Plan) *codec.Error {
-	if supports || (plan.Schema == nil && !plan.JSONObject) {
+func checkStructuredSupport(t *hotpath.Tier, supports bool, intent chatIntent) *codec.Error {
+	if supports || (intent.Schema == nil && !intent.JSONObject) {
 		return nil
 	}
 	name := "the serving tier"
@@ -319,12 +319,12 @@ func checkAutoAllowed(tiers []hotpath.Tier, p *hotpath.Principal) *codec.Error {
 		Message: "model: this key may use none of the tiers auto routes to."}
 }
 
-// planMemory applies the memory and rules switches: an explicit true needs
+// intentMemory applies the memory and rules switches: an explicit true needs
 // the family's scope, an explicit false needs nothing, and a missing value
 // takes the credential's default (on for a signed-in credential, off for
 // developer and headless keys). Without the scope the effective value is
 // always false.
-func planMemory(plan *Plan, req *codec.ChatRequest, p *hotpath.Principal) *codec.Error {
+func intentMemory(intent *chatIntent, req *codec.ChatRequest, p *hotpath.Principal) *codec.Error {
 	def := p.Kind == hotpath.KindSignedIn
 	memory := p.Scopes.Has(hotpath.FamilyMemory)
 	recall, capture := def, def
@@ -350,9 +350,9 @@ func planMemory(plan *Plan, req *codec.ChatRequest, p *hotpath.Principal) *codec
 		}
 		rules = *req.Rules
 	}
-	plan.MemoryRecall = recall && memory
-	plan.MemoryCapture = capture && memory
-	plan.Rules = rules && rulesScope
+	intent.MemoryRecall = recall && memory
+	intent.MemoryCapture = capture && memory
+	intent.Rules = rules && rulesScope
 	return nil
 }
 

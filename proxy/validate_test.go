@@ -86,7 +86,7 @@ func decodeChat(t testing.TB, body string) *codec.ChatRequest {
 type validateCase struct {
 	name    string
 	body    string
-	wire    ChatWire // ChatV1 when zero
+	wire    chatWire // chatV1 when zero
 	key     *hotpath.Principal
 	tiers   []hotpath.Tier // DefaultTiers when nil
 	version codec.Version  // CurrentVersion when zero
@@ -95,19 +95,19 @@ type validateCase struct {
 	code    codec.Code // 0: accepted
 	msg     string     // a substring of the refusal's message
 	detail  codec.Detail
-	check   func(t *testing.T, p Plan) // for accepted requests
-	anyWire bool                       // run the case on all three wires
+	check   func(t *testing.T, p chatIntent) // for accepted requests
+	anyWire bool                             // run the case on all three wires
 }
 
 func runValidateCases(t *testing.T, cases []validateCase) {
 	t.Helper()
 	for _, tc := range cases {
-		wires := []ChatWire{tc.wire}
+		wires := []chatWire{tc.wire}
 		if tc.wire == 0 {
-			wires[0] = ChatV1
+			wires[0] = chatV1
 		}
 		if tc.anyWire {
-			wires = []ChatWire{ChatV1, ChatV2, ChatOpenAI}
+			wires = []chatWire{chatV1, chatV2, chatOpenAI}
 		}
 		for _, wire := range wires {
 			name := tc.name
@@ -128,16 +128,16 @@ func runValidateCases(t *testing.T, cases []validateCase) {
 				if version == 0 {
 					version = codec.CurrentVersion
 				}
-				plan, cerr := ValidateChat(req, wire, tiers, key, version, tc.pinned)
+				intent, cerr := validateChat(req, wire, tiers, key, version, tc.pinned)
 				if tc.code == 0 {
 					require.Nil(t, cerr, "unexpected refusal")
 					if tc.check != nil {
-						tc.check(t, plan)
+						tc.check(t, intent)
 					}
 					return
 				}
 				require.NotNil(t, cerr, "expected %s", tc.code)
-				require.Equal(t, Plan{}, plan, "a refusal plans nothing")
+				require.Equal(t, chatIntent{}, intent, "a refusal intends nothing")
 				require.Equal(t, tc.code.String(), cerr.Code.String(), "message: %s", cerr.Message)
 				require.Equal(t, tc.code.Status(), cerr.Status())
 				require.Contains(t, cerr.Message, tc.msg)
@@ -159,13 +159,13 @@ func TestValidateModel(t *testing.T) {
 		{name: "tier not configured", body: `{"model":"mira","messages":[{"role":"user","content":"hi"}]}`, tiers: kaviOnly,
 			code: codec.CodeInvalidRequest, msg: "model:"},
 		{name: "explicit tier", body: `{"model":"kavi","messages":[{"role":"user","content":"hi"}]}`, anyWire: true,
-			check: func(t *testing.T, p Plan) {
+			check: func(t *testing.T, p chatIntent) {
 				require.NotNil(t, p.Tier)
 				require.Equal(t, "kavi", p.Tier.Name)
 				require.False(t, p.Auto)
 			}},
 		{name: "auto", body: `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, anyWire: true,
-			check: func(t *testing.T, p Plan) {
+			check: func(t *testing.T, p chatIntent) {
 				require.Nil(t, p.Tier)
 				require.True(t, p.Auto)
 			}},
@@ -173,7 +173,7 @@ func TestValidateModel(t *testing.T) {
 			code: codec.CodeModelNotAllowed, msg: "model: this key may not use kavi"},
 		{name: "allowlist admits tier", body: `{"model":"mira","messages":[{"role":"user","content":"hi"}]}`, key: miraOnlyKey},
 		{name: "allowlisted key may use auto", body: `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, key: miraOnlyKey,
-			check: func(t *testing.T, p Plan) { require.True(t, p.Auto) }},
+			check: func(t *testing.T, p chatIntent) { require.True(t, p.Auto) }},
 		{name: "auto with no allowed tier configured", body: `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, key: miraOnlyKey, tiers: kaviOnly,
 			code: codec.CodeModelNotAllowed, msg: "model:"},
 	})
@@ -246,27 +246,27 @@ func TestValidateMessages(t *testing.T) {
 func TestValidateFileIDs(t *testing.T) {
 	withFiles := messagesBody(`[{"role":"user","content":"summarise","file_ids":["file-1"]}]`)
 	runValidateCases(t, []validateCase{
-		{name: "refused on the OpenAI route", body: withFiles, wire: ChatOpenAI, pinned: true,
+		{name: "refused on the OpenAI route", body: withFiles, wire: chatOpenAI, pinned: true,
 			code: codec.CodeInvalidRequest, msg: "messages[0].file_ids: file attachments are not accepted on /v1/chat/completions"},
 		{name: "only on user messages", body: messagesBody(`[{"role":"user","content":"hi"},{"role":"assistant","content":"x","file_ids":["file-1"]}]`), pinned: true,
 			code: codec.CodeInvalidRequest, msg: "messages[1].file_ids: only user messages"},
 		{name: "unpinned", body: withFiles,
 			code: codec.CodeInvalidRequest, msg: "Gateway-Version pin 2026-10-05", detail: codec.Detail{RequiredVersion: "2026-10-05"}},
-		{name: "pinned too early", body: withFiles, wire: ChatV2, pinned: true, version: codec.VersionChatFileIDs - 1,
+		{name: "pinned too early", body: withFiles, wire: chatV2, pinned: true, version: codec.VersionChatFileIDs - 1,
 			code: codec.CodeInvalidRequest, msg: "file_ids", detail: codec.Detail{RequiredVersion: "2026-10-05"}},
 		{name: "key without files scope", body: withFiles, key: memoryKey, pinned: true, version: codec.VersionChatFileIDs,
 			code: codec.CodeKeyScopeForbidden, msg: "file_ids", detail: codec.Detail{RequiredScope: "files"}},
 		{name: "no such file", body: withFiles, key: filesKey, pinned: true,
 			code: codec.CodeFileNotFound, msg: "No such file."},
-		{name: "malformed id gets the same answer", body: messagesBody(`[{"role":"user","content":"hi","file_ids":["../../etc/passwd"]}]`), pinned: true, wire: ChatV2,
+		{name: "malformed id gets the same answer", body: messagesBody(`[{"role":"user","content":"hi","file_ids":["../../etc/passwd"]}]`), pinned: true, wire: chatV2,
 			code: codec.CodeFileNotFound, msg: "No such file."},
 		{name: "empty list names no file", body: messagesBody(`[{"role":"user","content":"hi","file_ids":[]}]`), anyWire: true},
 	})
 }
 
 func TestValidateMemoryAndRules(t *testing.T) {
-	switches := func(recall, capture, rules bool) func(*testing.T, Plan) {
-		return func(t *testing.T, p Plan) {
+	switches := func(recall, capture, rules bool) func(*testing.T, chatIntent) {
+		return func(t *testing.T, p chatIntent) {
 			require.Equal(t, [3]bool{recall, capture, rules}, [3]bool{p.MemoryRecall, p.MemoryCapture, p.Rules},
 				"recall, capture, rules")
 		}
@@ -277,7 +277,7 @@ func TestValidateMemoryAndRules(t *testing.T) {
 		{name: "headless default off", body: chatBody(``), key: headlessKey, check: switches(false, false, false)},
 		{name: "developer opts in", body: chatBody(`,"memory":{"recall":true,"capture":true},"rules":true`), key: devKey,
 			check: switches(true, true, true)},
-		{name: "signed-in opts out", body: chatBody(`,"memory":{"recall":false,"capture":false},"rules":false`), key: signedInKey, wire: ChatV2,
+		{name: "signed-in opts out", body: chatBody(`,"memory":{"recall":false,"capture":false},"rules":false`), key: signedInKey, wire: chatV2,
 			check: switches(false, false, false)},
 		{name: "sides are independent", body: chatBody(`,"memory":{"recall":false}`), key: signedInKey,
 			check: switches(false, true, true)},
@@ -285,7 +285,7 @@ func TestValidateMemoryAndRules(t *testing.T) {
 			check: switches(true, false, true)},
 		{name: "recall without memory scope", body: chatBody(`,"memory":{"recall":true}`), key: chatOnlyKey,
 			code: codec.CodeKeyScopeForbidden, msg: "memory.recall", detail: codec.Detail{RequiredScope: "memory"}},
-		{name: "capture without memory scope", body: chatBody(`,"memory":{"recall":false,"capture":true}`), key: chatOnlyKey, wire: ChatV2,
+		{name: "capture without memory scope", body: chatBody(`,"memory":{"recall":false,"capture":true}`), key: chatOnlyKey, wire: chatV2,
 			code: codec.CodeKeyScopeForbidden, msg: "memory.capture", detail: codec.Detail{RequiredScope: "memory"}},
 		{name: "false needs no scope", body: chatBody(`,"memory":{"recall":false,"capture":false},"rules":false`), key: chatOnlyKey,
 			check: switches(false, false, false)},
@@ -296,15 +296,15 @@ func TestValidateMemoryAndRules(t *testing.T) {
 		{name: "rules without rules scope", body: chatBody(`,"rules":true`), key: memoryKey,
 			code: codec.CodeKeyScopeForbidden, msg: "rules", detail: codec.Detail{RequiredScope: "rules"}},
 		{name: "ignored on the OpenAI route", body: chatBody(`,"memory":{"recall":true,"capture":true},"rules":true,"vault_id":"v1","mentioned_vault_ids":["a","b","c","d"]`),
-			key: chatOnlyKey, wire: ChatOpenAI, check: switches(false, false, false)},
-		{name: "never on the OpenAI route", body: chatBody(``), key: signedInKey, wire: ChatOpenAI, check: switches(false, false, false)},
+			key: chatOnlyKey, wire: chatOpenAI, check: switches(false, false, false)},
+		{name: "never on the OpenAI route", body: chatBody(``), key: signedInKey, wire: chatOpenAI, check: switches(false, false, false)},
 		{name: "vault ids accepted", body: chatBody(`,"vault_id":"v1","mentioned_vault_ids":["a","b","c","d"]`)},
 	})
 }
 
 func TestValidateNumbers(t *testing.T) {
-	maxTokens := func(want int64) func(*testing.T, Plan) {
-		return func(t *testing.T, p Plan) { require.Equal(t, want, p.MaxTokens) }
+	maxTokens := func(want int64) func(*testing.T, chatIntent) {
+		return func(t *testing.T, p chatIntent) { require.Equal(t, want, p.MaxTokens) }
 	}
 	runValidateCases(t, []validateCase{
 		{name: "temperature below 0", body: chatBody(`,"temperature":-0.1`), anyWire: true,
@@ -313,7 +313,7 @@ func TestValidateNumbers(t *testing.T) {
 			code: codec.CodeInvalidRequest, msg: "temperature"},
 		{name: "temperature 0", body: chatBody(`,"temperature":0`)},
 		{name: "temperature 2", body: chatBody(`,"temperature":2`)},
-		{name: "top_p 0 is a real value", body: chatBody(`,"top_p":0`), wire: ChatOpenAI},
+		{name: "top_p 0 is a real value", body: chatBody(`,"top_p":0`), wire: chatOpenAI},
 		{name: "top_p 1", body: chatBody(`,"top_p":1`)},
 		{name: "top_p above 1", body: chatBody(`,"top_p":1.5`), anyWire: true,
 			code: codec.CodeInvalidRequest, msg: "top_p: must be a number from 0 to 1"},
@@ -334,8 +334,8 @@ func TestValidateNumbers(t *testing.T) {
 }
 
 func TestValidateEffort(t *testing.T) {
-	effort := func(want hotpath.Effort, set bool) func(*testing.T, Plan) {
-		return func(t *testing.T, p Plan) {
+	effort := func(want hotpath.Effort, set bool) func(*testing.T, chatIntent) {
+		return func(t *testing.T, p chatIntent) {
 			require.Equal(t, want, p.Effort)
 			require.Equal(t, set, p.EffortSet)
 		}
@@ -348,14 +348,14 @@ func TestValidateEffort(t *testing.T) {
 		{name: "empty", body: chatBody(`,"reasoning_effort":""`),
 			code: codec.CodeInvalidRequest, msg: "reasoning_effort"},
 		{name: "none", body: chatBody(`,"reasoning_effort":"none"`), check: effort(hotpath.EffortNone, true)},
-		{name: "high", body: chatBody(`,"reasoning_effort":"high"`), wire: ChatOpenAI, check: effort(hotpath.EffortHigh, true)},
+		{name: "high", body: chatBody(`,"reasoning_effort":"high"`), wire: chatOpenAI, check: effort(hotpath.EffortHigh, true)},
 		{name: "absent", body: chatBody(``), check: effort("", false)},
 		{name: "null is absent", body: chatBody(`,"reasoning_effort":null`), check: effort("", false)},
 	})
 }
 
 func TestValidateTools(t *testing.T) {
-	hasTools := func(t *testing.T, p Plan) { require.True(t, p.HasTools) }
+	hasTools := func(t *testing.T, p chatIntent) { require.True(t, p.HasTools) }
 	bound := func(name string, limit int64) codec.Detail {
 		return codec.Detail{Bound: name, Limit: limit, HasLimit: true}
 	}
@@ -363,7 +363,7 @@ func TestValidateTools(t *testing.T) {
 		{name: "function tool", body: toolsBody(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`), anyWire: true, check: hasTools},
 		{name: "no parameters", body: chatBody(`,"tools":[{"type":"function","function":{"name":"now","description":"time"}}]`), check: hasTools},
 		{name: "null parameters", body: toolsBody(`null`), check: hasTools},
-		{name: "no tools", body: chatBody(``), check: func(t *testing.T, p Plan) { require.False(t, p.HasTools) }},
+		{name: "no tools", body: chatBody(``), check: func(t *testing.T, p chatIntent) { require.False(t, p.HasTools) }},
 		{name: "other type", body: chatBody(`,"tools":[{"type":"retrieval","function":{"name":"f"}}]`), anyWire: true,
 			code: codec.CodeInvalidRequest, msg: "tools[0].type: must be function"},
 		{name: "missing name", body: chatBody(`,"tools":[{"type":"function","function":{}}]`),
@@ -424,7 +424,7 @@ func TestValidateToolChoice(t *testing.T) {
 }
 
 func TestValidateResponseFormat(t *testing.T) {
-	compiled := func(t *testing.T, p Plan) {
+	compiled := func(t *testing.T, p chatIntent) {
 		require.NotNil(t, p.Schema)
 		require.False(t, p.JSONObject)
 	}
@@ -433,9 +433,9 @@ func TestValidateResponseFormat(t *testing.T) {
 	}
 	cases := []validateCase{
 		{name: "text", body: chatBody(`,"response_format":{"type":"text"}`), anyWire: true,
-			check: func(t *testing.T, p Plan) { require.Nil(t, p.Schema); require.False(t, p.JSONObject) }},
+			check: func(t *testing.T, p chatIntent) { require.Nil(t, p.Schema); require.False(t, p.JSONObject) }},
 		{name: "json_object", body: chatBody(`,"response_format":{"type":"json_object"}`), anyWire: true,
-			check: func(t *testing.T, p Plan) { require.Nil(t, p.Schema); require.True(t, p.JSONObject) }},
+			check: func(t *testing.T, p chatIntent) { require.Nil(t, p.Schema); require.True(t, p.JSONObject) }},
 		{name: "json_schema", body: schemaBody(`{"type":"object","properties":{"answer":{"type":"string"},"score":{"type":"number","minimum":0}},"required":["answer"],"additionalProperties":false}`),
 			anyWire: true, check: compiled},
 		{name: "json_schema with refs", body: schemaBody(`{"$defs":{"item":{"type":"string"}},"definitions":{"n":{"type":"integer"}},"type":"object","properties":{"a":{"$ref":"#/$defs/item"},"b":{"$ref":"#/definitions/n"},"c":{"type":["string","null"],"nullable":true}}}`),
@@ -532,40 +532,40 @@ func TestIgnoredOpenAIFields(t *testing.T) {
 		"stream": true,
 		"stream_options": {"include_usage": true}
 	}`
-	for _, wire := range []ChatWire{ChatOpenAI, ChatV1, ChatV2} {
+	for _, wire := range []chatWire{chatOpenAI, chatV1, chatV2} {
 		t.Run([...]string{"", "v1", "v2", "openai"}[wire], func(t *testing.T) {
 			req := decodeChat(t, body)
 			require.True(t, req.Stream)
 			require.NotNil(t, req.StreamOptions)
 			require.True(t, req.StreamOptions.IncludeUsage)
 			require.Nil(t, req.MaxTokens, "max_completion_tokens is not max_tokens")
-			plan, cerr := ValidateChat(req, wire, hotpath.DefaultTiers(), devKey, codec.CurrentVersion, false)
+			intent, cerr := validateChat(req, wire, hotpath.DefaultTiers(), devKey, codec.CurrentVersion, false)
 			require.Nil(t, cerr)
-			require.Equal(t, "mira", plan.Tier.Name)
-			require.Equal(t, int64(2048), plan.MaxTokens)
+			require.Equal(t, "mira", intent.Tier.Name)
+			require.Equal(t, int64(2048), intent.MaxTokens)
 		})
 	}
 }
 
 func TestCheckStructuredSupport(t *testing.T) {
 	tier := &hotpath.DefaultTiers()[2]
-	schema, cerr := CompileSchema([]byte(`{"type":"object"}`))
+	schema, cerr := compileSchema([]byte(`{"type":"object"}`))
 	require.Nil(t, cerr)
 	for _, tc := range []struct {
 		name     string
 		tier     *hotpath.Tier
 		supports bool
-		plan     Plan
+		intent   chatIntent
 		refused  bool
 	}{
-		{name: "schema on a tier without constrained decoding", tier: tier, plan: Plan{Schema: schema}, refused: true},
-		{name: "json_object on a tier without constrained decoding", tier: tier, plan: Plan{JSONObject: true}, refused: true},
-		{name: "unknown tier", plan: Plan{JSONObject: true}, refused: true},
-		{name: "schema on a tier with it", tier: tier, supports: true, plan: Plan{Schema: schema}},
-		{name: "text on a tier without it", tier: tier, plan: Plan{}},
+		{name: "schema on a tier without constrained decoding", tier: tier, intent: chatIntent{Schema: schema}, refused: true},
+		{name: "json_object on a tier without constrained decoding", tier: tier, intent: chatIntent{JSONObject: true}, refused: true},
+		{name: "unknown tier", intent: chatIntent{JSONObject: true}, refused: true},
+		{name: "schema on a tier with it", tier: tier, supports: true, intent: chatIntent{Schema: schema}},
+		{name: "text on a tier without it", tier: tier, intent: chatIntent{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cerr := CheckStructuredSupport(tc.tier, tc.supports, tc.plan)
+			cerr := checkStructuredSupport(tc.tier, tc.supports, tc.intent)
 			if !tc.refused {
 				require.Nil(t, cerr)
 				return
@@ -604,7 +604,7 @@ func BenchmarkValidateChat(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(typicalChat)))
 	for b.Loop() {
-		if _, cerr := ValidateChat(req, ChatV1, tiers, signedInKey, codec.CurrentVersion, false); cerr != nil {
+		if _, cerr := validateChat(req, chatV1, tiers, signedInKey, codec.CurrentVersion, false); cerr != nil {
 			b.Fatal(cerr)
 		}
 	}
@@ -637,7 +637,7 @@ func TestValidateChatAllocations(t *testing.T) {
 	req.Tools, req.ToolChoice = nil, nil
 	tiers := hotpath.DefaultTiers()
 	allocs := testing.AllocsPerRun(100, func() {
-		if _, cerr := ValidateChat(req, ChatV2, tiers, signedInKey, codec.CurrentVersion, true); cerr != nil {
+		if _, cerr := validateChat(req, chatV2, tiers, signedInKey, codec.CurrentVersion, true); cerr != nil {
 			t.Fatal(cerr)
 		}
 	})

@@ -1,6 +1,6 @@
 package storage
 
-// RedisCounters is the fleet-wide hotpath.Counters: every gateway process
+// RedisCounters is the fleet-wide meter.Counters: every gateway process
 // sharing one Redis sees the same windows, leases and budgets.
 //
 // Every operation is one round trip (seeding aside): a Lua script (EVALSHA, with EVAL when
@@ -8,15 +8,14 @@ package storage
 // auto-pipelined by rueidis with the other requests in flight. A script runs
 // alone on the server, so "read every counter, check every limit, then
 // change every counter" cannot interleave with another process's call: a
-// Hit counts in all its windows or in none, and a Reserve adds to all its
+// Hit counts in all its windows or in none, and an Admit adds to all its
 // budgets or to none. That is what keeps 200 concurrent requests from
 // overshooting a cap.
 //
 // A chat request costs two scripts: Admit (its windows, its lease and its
 // budgets, checked and changed in one script) and Finish (its settlement
-// and its release). The scripts are assembled from shared Lua functions
-// (windowsHit, leaseSlots, budgetReserve, budgetSettle), so the single
-// operations and the combined ones run the same code.
+// and its release). Hit and Admit count in windows with the same Lua
+// function (windowsHit).
 //
 // Keys, all under the prefix:
 //
@@ -35,7 +34,7 @@ package storage
 // within the TTL.
 //
 // Seeding. A budget counter that does not exist (never used, or lost) makes
-// Reserve, Admit and Usage answer "need seed" with the budgets concerned,
+// Admit and Usage answer "need seed" with the budgets concerned,
 // having changed nothing (no window counted, no lease taken). The process then asks the BudgetSeeder (the ledger) and
 // writes the result with a script that writes only while the key is still
 // missing, and runs the call once more. Reservations are only ever added to
@@ -48,9 +47,6 @@ package storage
 // Money is exact: counters are Redis integers, and the scripts compare
 // them as two base-1e9 limbs, since Lua numbers are doubles and a $100,000
 // cap in pico-USD is past what a double holds exactly.
-//
-// A lease Admit takes is renewed from the moment Admit returns it, exactly
-// as one Acquire takes, until Finish or Release forgets it.
 //
 // What errs, and which way: the first use of a budget counter in a period
 // costs three more round trips (EXISTS, the seed write, the retry). A call
@@ -75,10 +71,11 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // DefaultCountersCallTimeout bounds one call to Redis: past it the call
-// fails with hotpath.ErrCountersUnavailable and the request runs unmetered.
+// fails with meter.ErrCountersUnavailable and the request runs unmetered.
 const DefaultCountersCallTimeout = 250 * time.Millisecond
 
 // counterSeedTimeout bounds one ledger query when the caller set no deadline.
@@ -87,11 +84,11 @@ const counterSeedTimeout = 5 * time.Second
 // leaseRenewBatch is the most leases one renewal script re-scores.
 const leaseRenewBatch = 500
 
-// RedisCounters is the Redis hotpath.Counters. Close stops its renewer.
+// RedisCounters is the Redis meter.Counters. Close stops its renewer.
 type RedisCounters struct {
 	client   rueidis.Client
 	prefix   string
-	seeder   hotpath.BudgetSeeder
+	seeder   meter.BudgetSeeder
 	log      *slog.Logger
 	leaseTTL time.Duration
 	timeout  time.Duration
@@ -100,66 +97,64 @@ type RedisCounters struct {
 	seeding  singleflight.Group
 
 	mu   sync.Mutex
-	held map[hotpath.Lease]struct{} // this process's live leases
+	held map[meter.Lease]struct{} // this process's live leases
 
 	stop      context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
-	lastWarn  atomic.Int64 // Unix ns of the last renewal warning
+	warnLog   hotpath.LogLimiter // the renewer's warnings
 }
 
-var _ hotpath.Counters = (*RedisCounters)(nil)
+var _ meter.Counters = (*RedisCounters)(nil)
 
-// CountersOption tunes a RedisCounters.
-type CountersOption func(*RedisCounters)
-
-// WithLeaseTTL sets how long a lease outlives a process that stops renewing
-// it (default hotpath.LeaseTTL). Renewal runs every third of it.
-func WithLeaseTTL(d time.Duration) CountersOption {
-	return func(c *RedisCounters) {
-		if d > 0 {
-			c.leaseTTL = d
-		}
-	}
+// RedisCountersConfig is where a RedisCounters keeps its counters and how
+// it behaves.
+type RedisCountersConfig struct {
+	Client rueidis.Client
+	// Prefix starts every key the store writes.
+	Prefix string
+	// Seeder rebuilds lost budget counters; nil seeds them empty
+	// (meter.NoSeeder).
+	Seeder meter.BudgetSeeder
+	// Log receives the renewer's warnings; nil logs to slog.Default.
+	Log *slog.Logger
+	// LeaseTTL is how long a lease outlives a process that stops renewing
+	// it (0: meter.LeaseTTL). Renewal runs every third of it.
+	LeaseTTL time.Duration
+	// CallTimeout bounds one call to Redis (0:
+	// DefaultCountersCallTimeout).
+	CallTimeout time.Duration
 }
 
-// WithCallTimeout sets the bound on one call to Redis (default
-// DefaultCountersCallTimeout).
-func WithCallTimeout(d time.Duration) CountersOption {
-	return func(c *RedisCounters) {
-		if d > 0 {
-			c.timeout = d
-		}
+// NewRedisCounters returns counters as cfg says. It starts the lease
+// renewer; Close stops it.
+func NewRedisCounters(cfg RedisCountersConfig) *RedisCounters {
+	if cfg.Seeder == nil {
+		cfg.Seeder = meter.NoSeeder{}
 	}
-}
-
-// NewRedisCounters returns counters on client whose keys start with prefix,
-// seeding lost budget counters from seeder (hotpath.NoSeeder when nil). It
-// starts the lease renewer; Close stops it.
-func NewRedisCounters(client rueidis.Client, prefix string, seeder hotpath.BudgetSeeder, log *slog.Logger, opts ...CountersOption) *RedisCounters {
-	if seeder == nil {
-		seeder = hotpath.NoSeeder{}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
 	}
-	if log == nil {
-		log = slog.Default()
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = meter.LeaseTTL
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCountersCallTimeout
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	ctx, stop := context.WithCancel(context.Background())
 	c := &RedisCounters{
-		client:   client,
-		prefix:   prefix,
-		seeder:   seeder,
-		log:      log,
-		leaseTTL: hotpath.LeaseTTL,
-		timeout:  DefaultCountersCallTimeout,
+		client:   cfg.Client,
+		prefix:   cfg.Prefix,
+		seeder:   cfg.Seeder,
+		log:      cfg.Log,
+		leaseTTL: cfg.LeaseTTL,
+		timeout:  cfg.CallTimeout,
 		idPrefix: hex.EncodeToString(id[:]) + "-",
-		held:     make(map[hotpath.Lease]struct{}),
+		held:     make(map[meter.Lease]struct{}),
 		stop:     stop,
 		done:     make(chan struct{}),
-	}
-	for _, o := range opts {
-		o(c)
 	}
 	go c.renew(ctx)
 	return c
@@ -180,13 +175,13 @@ func (c *RedisCounters) call(ctx context.Context) (context.Context, context.Canc
 }
 
 // detached bounds a call that must happen even when the request is gone
-// (Release, Settle): the caller's cancellation does not apply.
+// (Finish): the caller's cancellation does not apply.
 func (c *RedisCounters) detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 }
 
 func countersDown(verb string, err error) error {
-	return fmt.Errorf("cannot %s: %w: %w", verb, hotpath.ErrCountersUnavailable, err)
+	return fmt.Errorf("cannot %s: %w: %w", verb, meter.ErrCountersUnavailable, err)
 }
 
 // windowsHit is the Lua function hitting windows, shared by hitScript and
@@ -248,7 +243,7 @@ end
 return out
 `)
 
-func (c *RedisCounters) windowArgs(now time.Time, ws []hotpath.Window) (keys, args []string) {
+func (c *RedisCounters) windowArgs(now time.Time, ws []meter.Window) (keys, args []string) {
 	nowMs := now.UnixMilli()
 	args = make([]string, 1, 1+3*len(ws))
 	args[0] = strconv.FormatInt(nowMs, 10)
@@ -257,7 +252,7 @@ func (c *RedisCounters) windowArgs(now time.Time, ws []hotpath.Window) (keys, ar
 
 // appendWindowArgs appends the windows' keys and their arguments as
 // windowsHit reads them.
-func (c *RedisCounters) appendWindowArgs(keys, args []string, nowMs int64, ws []hotpath.Window) ([]string, []string) {
+func (c *RedisCounters) appendWindowArgs(keys, args []string, nowMs int64, ws []meter.Window) ([]string, []string) {
 	for i := range ws {
 		keys = append(keys, c.prefix+ws[i].Key)
 		l := ws[i].Length.Milliseconds()
@@ -266,7 +261,7 @@ func (c *RedisCounters) appendWindowArgs(keys, args []string, nowMs int64, ws []
 	return keys, args
 }
 
-func windowStates(vals []rueidis.RedisMessage, ws []hotpath.Window, out []hotpath.WindowState) error {
+func windowStates(vals []rueidis.RedisMessage, ws []meter.Window, out []meter.WindowState) error {
 	if len(vals) != 2*len(ws) {
 		return fmt.Errorf("%d values for %d windows", len(vals), len(ws))
 	}
@@ -279,17 +274,17 @@ func windowStates(vals []rueidis.RedisMessage, ws []hotpath.Window, out []hotpat
 		if err != nil {
 			return err
 		}
-		out[i] = hotpath.WindowState{Limit: ws[i].Limit, Remaining: max(ws[i].Limit-n, 0)}
+		out[i] = meter.WindowState{Limit: ws[i].Limit, Remaining: max(ws[i].Limit-n, 0)}
 		if reset > 0 {
-			out[i].ResetAt = hotpath.ResetSecond(reset)
+			out[i].ResetAt = meter.ResetSecond(reset)
 		}
 	}
 	return nil
 }
 
-// Hit implements hotpath.Counters.
-func (c *RedisCounters) Hit(ctx context.Context, now time.Time, ws []hotpath.Window, out []hotpath.WindowState) (bool, error) {
-	if err := hotpath.CheckWindows(ws, out); err != nil {
+// Hit implements meter.Counters.
+func (c *RedisCounters) Hit(ctx context.Context, now time.Time, ws []meter.Window, out []meter.WindowState) (bool, error) {
+	if err := meter.CheckWindows(ws, out); err != nil {
 		return false, err
 	}
 	if len(ws) == 0 {
@@ -315,9 +310,9 @@ func (c *RedisCounters) Hit(ctx context.Context, now time.Time, ws []hotpath.Win
 	return allowed == 1, nil
 }
 
-// PeekWindows implements hotpath.Counters.
-func (c *RedisCounters) PeekWindows(ctx context.Context, now time.Time, ws []hotpath.Window, out []hotpath.WindowState) error {
-	if err := hotpath.CheckWindows(ws, out); err != nil {
+// PeekWindows implements meter.Counters.
+func (c *RedisCounters) PeekWindows(ctx context.Context, now time.Time, ws []meter.Window, out []meter.WindowState) error {
+	if err := meter.CheckWindows(ws, out); err != nil {
 		return err
 	}
 	if len(ws) == 0 {
@@ -342,8 +337,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
-// leaseSlots is the Lua functions taking a lease, shared by acquireScript
-// and admitScript; now is the Redis clock (ms). leaseFull(k, limit, now)
+// leaseSlots is the Lua functions admitScript takes a lease with; now is
+// the Redis clock (ms). leaseFull(k, limit, now)
 // drops the expired leases of set k and reports whether limit are live;
 // leaseTake(k, ttl, id, now) then adds lease id, expiring after ttl (ms).
 const leaseSlots = `
@@ -356,22 +351,6 @@ local function leaseTake(k, ttl, id, now)
   redis.call('PEXPIRE', k, ttl)
 end
 `
-
-// acquireScript drops expired leases, then adds one when fewer than the
-// limit are live.
-//
-// KEYS[1]: the lease set. ARGV: limit, TTL (ms), lease id. Returns 1 when
-// taken, else 0.
-var acquireScript = rueidis.NewLuaScript(leaseSlots + redisNowMs + `
-if leaseFull(KEYS[1], ARGV[1], now) then return 0 end
-leaseTake(KEYS[1], ARGV[2], ARGV[3], now)
-return 1
-`)
-
-// inFlightScript counts live leases. KEYS[1]: the lease set.
-var inFlightScript = rueidis.NewLuaScriptReadOnly(redisNowMs + `
-return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-`)
 
 // renewScript re-scores leases still in their sets; a lease released
 // meanwhile, or already dropped as expired by another process, stays gone.
@@ -394,70 +373,23 @@ return out
 
 func (c *RedisCounters) leaseKey(key string) string { return c.prefix + "lease:" + key }
 
-// Acquire implements hotpath.Counters. The clock reading is not used: leases
-// expire on the Redis clock.
-func (c *RedisCounters) Acquire(ctx context.Context, _ time.Time, key string, limit int64) (hotpath.Lease, bool, error) {
-	if limit <= 0 {
-		return hotpath.Lease{}, false, nil
-	}
-	l := c.newLease(key)
-	ctx, cancel := c.call(ctx)
-	defer cancel()
-	n, err := acquireScript.Exec(ctx, c.client, []string{c.leaseKey(key)},
-		[]string{strconv.FormatInt(limit, 10), millis(c.leaseTTL), l.ID}).AsInt64()
-	if err != nil {
-		return hotpath.Lease{}, false, countersDown("acquire lease", err)
-	}
-	if n != 1 {
-		return hotpath.Lease{}, false, nil
-	}
-	c.hold(l)
-	return l, true, nil
-}
-
 // newLease names a lease of this process under key.
-func (c *RedisCounters) newLease(key string) hotpath.Lease {
-	return hotpath.Lease{Key: key, ID: c.idPrefix + strconv.FormatUint(c.seq.Add(1), 36)}
+func (c *RedisCounters) newLease(key string) meter.Lease {
+	return meter.Lease{Key: key, ID: c.idPrefix + strconv.FormatUint(c.seq.Add(1), 36)}
 }
 
 // hold hands a lease just taken to the renewer.
-func (c *RedisCounters) hold(l hotpath.Lease) {
+func (c *RedisCounters) hold(l meter.Lease) {
 	c.mu.Lock()
 	c.held[l] = struct{}{}
 	c.mu.Unlock()
 }
 
 // forget stops renewing a lease about to be released.
-func (c *RedisCounters) forget(l hotpath.Lease) {
+func (c *RedisCounters) forget(l meter.Lease) {
 	c.mu.Lock()
 	delete(c.held, l)
 	c.mu.Unlock()
-}
-
-// Release implements hotpath.Counters. It runs even when ctx is cancelled:
-// a request that ends by its client leaving still gives its slot back.
-func (c *RedisCounters) Release(ctx context.Context, lease hotpath.Lease) error {
-	if lease.ID == "" {
-		return nil
-	}
-	c.forget(lease)
-	ctx, cancel := c.detached(ctx)
-	defer cancel()
-	if err := c.client.Do(ctx, c.client.B().Zrem().Key(c.leaseKey(lease.Key)).Member(lease.ID).Build()).Error(); err != nil {
-		return countersDown("release lease", err)
-	}
-	return nil
-}
-
-// InFlight implements hotpath.Counters.
-func (c *RedisCounters) InFlight(ctx context.Context, _ time.Time, key string) (int64, error) {
-	ctx, cancel := c.call(ctx)
-	defer cancel()
-	n, err := inFlightScript.Exec(ctx, c.client, []string{c.leaseKey(key)}, nil).AsInt64()
-	if err != nil {
-		return 0, countersDown("count leases", err)
-	}
-	return n, nil
 }
 
 // renew re-scores this process's live leases every third of the TTL until
@@ -478,7 +410,7 @@ func (c *RedisCounters) renew(run context.Context) {
 
 func (c *RedisCounters) renewOnce(run context.Context) {
 	c.mu.Lock()
-	leases := make([]hotpath.Lease, 0, len(c.held))
+	leases := make([]meter.Lease, 0, len(c.held))
 	for l := range c.held {
 		leases = append(leases, l)
 	}
@@ -530,14 +462,11 @@ func (c *RedisCounters) renewOnce(run context.Context) {
 	}
 }
 
-// warn logs at most once every ten seconds.
+// warn logs at most once every hotpath.DefaultLogEvery.
 func (c *RedisCounters) warn(msg string, args ...any) {
-	now := time.Now().UnixNano()
-	last := c.lastWarn.Load()
-	if now-last < int64(10*time.Second) || !c.lastWarn.CompareAndSwap(last, now) {
-		return
+	if ok, _ := c.warnLog.Allow(); ok {
+		c.log.Warn(msg, args...)
 	}
-	c.log.Warn(msg, args...)
 }
 
 // budgetLimbs compares and adds counters exactly: a value is {high, low}
@@ -562,8 +491,8 @@ local function str(a)
 end
 `
 
-// budgetReserve is the Lua functions reserving budgets, shared by
-// reserveScript and admitScript (after budgetLimbs). The n budgets'
+// budgetReserve is the Lua functions admitScript reserves budgets with
+// (after budgetLimbs). The n budgets'
 // counters are KEYS[k+1..k+n]; budget i's arguments are six from
 // ARGV[a+6(i-1)+1]: period ('m' month, 'l' lifetime, 'b' burst), cap
 // (negative: none), amount, TTL (ms; not used for months, whose expiry is
@@ -626,21 +555,6 @@ local function budgetsAdd(k, a, n)
 end
 `
 
-// reserveScript adds every amount when every budget stays within its cap.
-//
-// KEYS: the budgets' counters. ARGV: six per budget, as budgetReserve
-// reads them. Returns {-1} when reserved, {i} (0-based) for the first
-// budget that would go over, or {-2, i, ...} for the budgets whose counters
-// are missing.
-var reserveScript = rueidis.NewLuaScript(budgetLimbs + budgetReserve + `
-local used, need = budgetsUsed(0, 0, #KEYS)
-if #need > 1 then return need end
-local over = budgetsOver(0, 0, #KEYS, used)
-if over >= 0 then return {over} end
-budgetsAdd(0, 0, #KEYS)
-return {-1}
-`)
-
 // usageScript reads budgets.
 //
 // KEYS: the counters. ARGV, two per budget: period and the oldest burst
@@ -697,8 +611,8 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `)
 
-// budgetSettle is the Lua function settling reservations, shared by
-// settleScript and finishScript: settle(k, a, n) applies each difference to
+// budgetSettle is the Lua function finishScript settles reservations with:
+// settle(k, a, n) applies each difference to
 // the counters KEYS[k+1..k+n] that still exist, never leaving one below 0.
 // A missing counter is left missing: the ledger that seeds it again will
 // hold the actual amount. Counter i's arguments are three from
@@ -718,20 +632,11 @@ local function settle(k, a, n)
 end
 `
 
-// settleScript settles a reservation.
-//
-// KEYS: the counters whose amount changes. ARGV: three per counter, as
-// budgetSettle reads them.
-var settleScript = rueidis.NewLuaScript(budgetSettle + `
-settle(0, 0, #KEYS)
-return 0
-`)
-
-func periodArg(p hotpath.Period) string {
+func periodArg(p meter.Period) string {
 	switch p {
-	case hotpath.PeriodTrailing:
+	case meter.PeriodTrailing:
 		return "b"
-	case hotpath.PeriodLifetime:
+	case meter.PeriodLifetime:
 		return "l"
 	}
 	return "m"
@@ -739,14 +644,14 @@ func periodArg(p hotpath.Period) string {
 
 // budgetKey names b's counter for the period slot (a month's start in Unix
 // seconds; ignored for other periods).
-func (c *RedisCounters) budgetKey(b *hotpath.Budget, slot int64) string {
+func (c *RedisCounters) budgetKey(b *meter.Budget, slot int64) string {
 	buf := make([]byte, 0, len(c.prefix)+len("budget:")+len("workspace_spend:")+len(b.Subject)+len(":2006-01"))
 	buf = append(buf, c.prefix...)
 	buf = append(buf, "budget:"...)
 	buf = append(buf, b.Kind.String()...)
 	buf = append(buf, ':')
 	buf = append(buf, b.Subject...)
-	if b.Kind.Period() == hotpath.PeriodMonth {
+	if b.Kind.Period() == meter.PeriodMonth {
 		y, m, _ := time.Unix(slot, 0).UTC().Date()
 		buf = append(buf, ':')
 		buf = strconv.AppendInt(buf, int64(y), 10)
@@ -756,70 +661,37 @@ func (c *RedisCounters) budgetKey(b *hotpath.Budget, slot int64) string {
 }
 
 var (
-	burstTTL    = millis(hotpath.BurstWindow + hotpath.BurstSlot)
-	lifetimeTTL = millis(hotpath.LifetimeCounterIdle)
+	burstTTL    = millis(meter.BurstWindow + meter.BurstSlot)
+	lifetimeTTL = millis(meter.LifetimeCounterIdle)
 )
 
 // ttlArg is how long a counter written at now lives, in milliseconds.
-func ttlArg(p hotpath.Period, now time.Time) string {
+func ttlArg(p meter.Period, now time.Time) string {
 	switch p {
-	case hotpath.PeriodTrailing:
+	case meter.PeriodTrailing:
 		return burstTTL
-	case hotpath.PeriodLifetime:
+	case meter.PeriodLifetime:
 		return lifetimeTTL
 	}
-	return millis(hotpath.MonthStart(now).Add(hotpath.MonthCounterKeep).Sub(now))
-}
-
-// Reserve implements hotpath.Counters.
-func (c *RedisCounters) Reserve(ctx context.Context, now time.Time, budgets []hotpath.Budget, amounts []int64, r *hotpath.Reservation) (int, error) {
-	*r = hotpath.Reservation{}
-	if err := hotpath.CheckReserve(budgets, amounts); err != nil {
-		return -1, err
-	}
-	if len(budgets) == 0 {
-		return -1, nil
-	}
-	keys, args, slots := c.appendBudgetArgs(make([]string, 0, len(budgets)), make([]string, 0, 6*len(budgets)), now, budgets, amounts)
-	for attempt := 0; ; attempt++ {
-		vals, err := c.exec(ctx, reserveScript, keys, args)
-		if err != nil {
-			return -1, countersDown("reserve budgets", err)
-		}
-		first, err := vals[0].AsInt64()
-		switch {
-		case err != nil:
-			return -1, countersDown("reserve budgets", err)
-		case first == -1:
-			recordReservation(r, budgets, amounts, &slots)
-			return -1, nil
-		case first >= 0 && int(first) < len(budgets):
-			return int(first), nil
-		case first != -2 || attempt > 0:
-			return -1, countersDown("reserve budgets", fmt.Errorf("unexpected answer %d", first))
-		}
-		if err := c.seedMissing(ctx, now, budgets, keys, vals[1:]); err != nil {
-			return -1, err
-		}
-	}
+	return millis(meter.MonthStart(now).Add(meter.MonthCounterKeep).Sub(now))
 }
 
 // appendBudgetArgs appends the budgets' counter keys and their arguments as
 // budgetReserve reads them, and returns the period slot each amount goes
 // to.
-func (c *RedisCounters) appendBudgetArgs(keys, args []string, now time.Time, budgets []hotpath.Budget, amounts []int64) ([]string, []string, [hotpath.MaxReservation]int64) {
-	month := hotpath.MonthStart(now).Unix()
-	cur := hotpath.BurstSlotStart(now).Unix()
+func (c *RedisCounters) appendBudgetArgs(keys, args []string, now time.Time, budgets []meter.Budget, amounts []int64) ([]string, []string, [meter.MaxReservation]int64) {
+	month := meter.MonthStart(now).Unix()
+	cur := meter.BurstSlotStart(now).Unix()
 	curArg := strconv.FormatInt(cur, 10)
-	oldestArg := strconv.FormatInt(hotpath.BurstWindowStart(now).Unix(), 10)
-	var slots [hotpath.MaxReservation]int64
+	oldestArg := strconv.FormatInt(meter.BurstWindowStart(now).Unix(), 10)
+	var slots [meter.MaxReservation]int64
 	for i := range budgets {
 		b := &budgets[i]
 		p := b.Kind.Period()
 		switch p {
-		case hotpath.PeriodMonth:
+		case meter.PeriodMonth:
 			slots[i] = month
-		case hotpath.PeriodTrailing:
+		case meter.PeriodTrailing:
 			slots[i] = cur
 		}
 		keys = append(keys, c.budgetKey(b, slots[i]))
@@ -829,7 +701,7 @@ func (c *RedisCounters) appendBudgetArgs(keys, args []string, now time.Time, bud
 }
 
 // recordReservation fills r with a reservation the store made.
-func recordReservation(r *hotpath.Reservation, budgets []hotpath.Budget, amounts []int64, slots *[hotpath.MaxReservation]int64) {
+func recordReservation(r *meter.Reservation, budgets []meter.Budget, amounts []int64, slots *[meter.MaxReservation]int64) {
 	r.N = len(budgets)
 	copy(r.Budgets[:], budgets)
 	copy(r.Amounts[:], amounts)
@@ -849,7 +721,7 @@ func (c *RedisCounters) exec(ctx context.Context, s *rueidis.Lua, keys, args []s
 
 // seedMissing seeds the counters a script reported missing (0-based
 // indexes into budgets).
-func (c *RedisCounters) seedMissing(ctx context.Context, now time.Time, budgets []hotpath.Budget, keys []string, missing []rueidis.RedisMessage) error {
+func (c *RedisCounters) seedMissing(ctx context.Context, now time.Time, budgets []meter.Budget, keys []string, missing []rueidis.RedisMessage) error {
 	for _, m := range missing {
 		i, err := m.AsInt64()
 		if err != nil || i < 0 || int(i) >= len(budgets) {
@@ -873,7 +745,7 @@ func (c *RedisCounters) seedMissing(ctx context.Context, now time.Time, budgets 
 }
 
 // seed writes b's counter at key from the ledger unless it exists.
-func (c *RedisCounters) seed(ctx context.Context, now time.Time, b *hotpath.Budget, key string) error {
+func (c *RedisCounters) seed(ctx context.Context, now time.Time, b *meter.Budget, key string) error {
 	cctx, cancel := c.call(ctx)
 	n, err := c.client.Do(cctx, c.client.B().Exists().Key(key).Build()).AsInt64()
 	cancel()
@@ -889,17 +761,17 @@ func (c *RedisCounters) seed(ctx context.Context, now time.Time, b *hotpath.Budg
 		sctx, cancel = context.WithTimeout(ctx, counterSeedTimeout)
 		defer cancel()
 	}
-	from, slot := hotpath.SeedSpan(b.Kind, now)
+	from, slot := meter.SeedSpan(b.Kind, now)
 	vals, err := c.seeder.SeedBudget(sctx, *b, from, now, slot)
 	if err != nil {
 		return countersDown(fmt.Sprintf("seed %s budget", b.Kind), err)
 	}
 	p := b.Kind.Period()
 	args := []string{periodArg(p), ttlArg(p, now)}
-	if p == hotpath.PeriodTrailing {
-		cur := hotpath.BurstSlotStart(now).Unix()
+	if p == meter.PeriodTrailing {
+		cur := meter.BurstSlotStart(now).Unix()
 		for i, v := range vals {
-			s := from.Unix() + int64(i)*int64(hotpath.BurstSlot/time.Second)
+			s := from.Unix() + int64(i)*int64(meter.BurstSlot/time.Second)
 			if s > cur {
 				break
 			}
@@ -922,31 +794,10 @@ func (c *RedisCounters) seed(ctx context.Context, now time.Time, b *hotpath.Budg
 	return nil
 }
 
-// Settle implements hotpath.Counters. It runs even when ctx is cancelled:
-// what a request cost is counted whether or not its client stayed.
-func (c *RedisCounters) Settle(ctx context.Context, r *hotpath.Reservation, actual []int64) error {
-	if err := hotpath.CheckSettle(r, actual); err != nil {
-		return err
-	}
-	if r.MarkSettled() {
-		return nil
-	}
-	keys, args := c.appendSettleArgs(nil, nil, r, actual)
-	if len(keys) == 0 {
-		return nil
-	}
-	ctx, cancel := c.detached(ctx)
-	defer cancel()
-	if err := settleScript.Exec(ctx, c.client, keys, args).Error(); err != nil {
-		return countersDown("settle reservation", err)
-	}
-	return nil
-}
-
 // appendSettleArgs appends the keys of the counters settling r to actual
 // changes, each in the period slot its amount went to, and their arguments
 // as budgetSettle reads them.
-func (c *RedisCounters) appendSettleArgs(keys, args []string, r *hotpath.Reservation, actual []int64) ([]string, []string) {
+func (c *RedisCounters) appendSettleArgs(keys, args []string, r *meter.Reservation, actual []int64) ([]string, []string) {
 	for i := range r.N {
 		d := actual[i] - r.Amounts[i]
 		if d == 0 {
@@ -959,21 +810,21 @@ func (c *RedisCounters) appendSettleArgs(keys, args []string, r *hotpath.Reserva
 	return keys, args
 }
 
-// Usage implements hotpath.Counters.
-func (c *RedisCounters) Usage(ctx context.Context, now time.Time, budgets []hotpath.Budget, out []hotpath.BudgetState) error {
+// Usage implements meter.Counters.
+func (c *RedisCounters) Usage(ctx context.Context, now time.Time, budgets []meter.Budget, out []meter.BudgetState) error {
 	if len(out) < len(budgets) {
 		return fmt.Errorf("cannot read budgets: %d budgets but room for %d states", len(budgets), len(out))
 	}
 	for i := range budgets {
-		if err := hotpath.CheckBudget(&budgets[i]); err != nil {
+		if err := meter.CheckBudget(&budgets[i]); err != nil {
 			return err
 		}
 	}
 	if len(budgets) == 0 {
 		return nil
 	}
-	month := hotpath.MonthStart(now).Unix()
-	oldestArg := strconv.FormatInt(hotpath.BurstWindowStart(now).Unix(), 10)
+	month := meter.MonthStart(now).Unix()
+	oldestArg := strconv.FormatInt(meter.BurstWindowStart(now).Unix(), 10)
 	keys := make([]string, len(budgets))
 	args := make([]string, 0, 2*len(budgets))
 	for i := range budgets {
@@ -1000,7 +851,7 @@ func (c *RedisCounters) Usage(ctx context.Context, now time.Time, budgets []hotp
 	}
 }
 
-func budgetStates(vals []rueidis.RedisMessage, budgets []hotpath.Budget, now time.Time, out []hotpath.BudgetState) error {
+func budgetStates(vals []rueidis.RedisMessage, budgets []meter.Budget, now time.Time, out []meter.BudgetState) error {
 	for i := range budgets {
 		s, err := vals[2*i].ToString()
 		if err != nil {
@@ -1014,20 +865,20 @@ func budgetStates(vals []rueidis.RedisMessage, budgets []hotpath.Budget, now tim
 		if err != nil {
 			return countersDown("read budgets", err)
 		}
-		out[i] = hotpath.BudgetState{Used: used}
+		out[i] = meter.BudgetState{Used: used}
 		switch budgets[i].Kind.Period() {
-		case hotpath.PeriodMonth:
-			out[i].ResetAt = hotpath.NextMonth(now).Unix()
-		case hotpath.PeriodTrailing:
+		case meter.PeriodMonth:
+			out[i].ResetAt = meter.NextMonth(now).Unix()
+		case meter.PeriodTrailing:
 			if first > 0 {
-				out[i].ResetAt = first + int64(hotpath.BurstWindow/time.Second)
+				out[i].ResetAt = first + int64(meter.BurstWindow/time.Second)
 			}
 		}
 	}
 	return nil
 }
 
-// admitScript is Hit, Acquire and Reserve in one script: every counter is
+// admitScript admits one request in one script: every counter is
 // read, checked and changed with no other call in between.
 //
 // KEYS: the windows, then the lease set (when there is a lease), then the
@@ -1064,7 +915,7 @@ budgetsAdd(bk, ba, nb)
 return out
 `)
 
-// finishScript is Settle and Release in one script.
+// finishScript settles a reservation and releases a lease in one script.
 //
 // KEYS: the counters whose amount changes, then the lease set (when there
 // is a lease). ARGV[1]: the lease id, empty for none; then three per
@@ -1078,35 +929,35 @@ return 0
 `)
 
 // The outcomes admitScript answers.
-var admitOutcomes = [...]hotpath.AdmitRefusal{hotpath.AdmitOK, hotpath.AdmitWindow, hotpath.AdmitConcurrency, hotpath.AdmitBudget}
+var admitOutcomes = [...]meter.AdmitRefusal{meter.AdmitOK, meter.AdmitWindow, meter.AdmitConcurrency, meter.AdmitBudget}
 
-// Admit implements hotpath.Counters: one script call, plus the seeding
+// Admit implements meter.Counters: one script call, plus the seeding
 // round trips when a budget counter is missing (the script then answers
 // which, having changed nothing; the counters are seeded and the script
-// runs once more). The lease runs on the Redis clock, as Acquire's, and an
-// admitted lease is renewed until Finish or Release. A lease limit of 0 or
+// runs once more). The lease runs on the Redis clock, and an admitted lease
+// is renewed from the moment Admit returns it until Finish. A lease limit of 0 or
 // less admits nobody.
-func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *hotpath.Admission, r *hotpath.Reservation) (hotpath.AdmitResult, error) {
-	*r = hotpath.Reservation{}
-	if err := hotpath.CheckWindows(a.Windows, a.WindowOut); err != nil {
-		return hotpath.AdmitResult{}, err
+func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *meter.Admission, r *meter.Reservation) (meter.AdmitResult, error) {
+	*r = meter.Reservation{}
+	if err := meter.CheckWindows(a.Windows, a.WindowOut); err != nil {
+		return meter.AdmitResult{}, err
 	}
-	if err := hotpath.CheckReserve(a.Budgets, a.Amounts); err != nil {
-		return hotpath.AdmitResult{}, err
+	if err := meter.CheckAmounts(a.Budgets, a.Amounts); err != nil {
+		return meter.AdmitResult{}, err
 	}
 	nw, nb, nl := len(a.Windows), len(a.Budgets), 0
 	if a.LeaseKey != "" {
 		nl = 1
 	}
 	if nw+nl+nb == 0 {
-		return hotpath.AdmitResult{}, nil
+		return meter.AdmitResult{}, nil
 	}
 	nowMs := now.UnixMilli()
 	keys := make([]string, 0, nw+nl+nb)
 	args := make([]string, 3, 3+3*nw+3*nl+6*nb)
 	args[0], args[1], args[2] = strconv.Itoa(nw), strconv.Itoa(nl), strconv.FormatInt(nowMs, 10)
 	keys, args = c.appendWindowArgs(keys, args, nowMs, a.Windows)
-	var lease hotpath.Lease
+	var lease meter.Lease
 	if nl == 1 {
 		lease = c.newLease(a.LeaseKey)
 		keys = append(keys, c.leaseKey(a.LeaseKey))
@@ -1116,23 +967,23 @@ func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *hotpath.Adm
 	for attempt := 0; ; attempt++ {
 		vals, err := c.exec(ctx, admitScript, keys, args)
 		if err != nil {
-			return hotpath.AdmitResult{}, countersDown("admit request", err)
+			return meter.AdmitResult{}, countersDown("admit request", err)
 		}
 		outcome, err := vals[0].AsInt64()
 		if err != nil {
-			return hotpath.AdmitResult{}, countersDown("admit request", err)
+			return meter.AdmitResult{}, countersDown("admit request", err)
 		}
 		if outcome == -2 && attempt == 0 {
 			if err := c.seedMissing(ctx, now, a.Budgets, keys[nw+nl:], vals[1:]); err != nil {
-				return hotpath.AdmitResult{}, err
+				return meter.AdmitResult{}, err
 			}
 			continue
 		}
 		if outcome < 0 || int(outcome) >= len(admitOutcomes) || len(vals) < 2 {
-			return hotpath.AdmitResult{}, countersDown("admit request", fmt.Errorf("unexpected answer %d", outcome))
+			return meter.AdmitResult{}, countersDown("admit request", fmt.Errorf("unexpected answer %d", outcome))
 		}
-		res := hotpath.AdmitResult{Refused: admitOutcomes[outcome]}
-		if res.Refused == hotpath.AdmitOK && nl == 1 {
+		res := meter.AdmitResult{Refused: admitOutcomes[outcome]}
+		if res.Refused == meter.AdmitOK && nl == 1 {
 			// Renewed from now on, even should the rest of the answer
 			// be unreadable: the caller then never finishes it, and
 			// the slot expires within the TTL once forgotten.
@@ -1143,28 +994,28 @@ func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *hotpath.Adm
 		if err == nil {
 			err = windowStates(vals[2:], a.Windows, a.WindowOut)
 		}
-		if err == nil && res.Refused == hotpath.AdmitBudget && (bi < 0 || int(bi) >= nb) {
+		if err == nil && res.Refused == meter.AdmitBudget && (bi < 0 || int(bi) >= nb) {
 			err = fmt.Errorf("budget index %d of %d", bi, nb)
 		}
 		if err != nil {
-			return hotpath.AdmitResult{}, countersDown("admit request", err)
+			return meter.AdmitResult{}, countersDown("admit request", err)
 		}
 		switch res.Refused {
-		case hotpath.AdmitOK:
+		case meter.AdmitOK:
 			recordReservation(r, a.Budgets, a.Amounts, &slots)
-		case hotpath.AdmitBudget:
+		case meter.AdmitBudget:
 			res.Budget = int(bi)
 		}
 		return res, nil
 	}
 }
 
-// Finish implements hotpath.Counters: one script call that settles r and
-// releases lease. It runs even when ctx is cancelled, as Settle and
-// Release do. A caller error (actual not matching r) changes nothing, the
+// Finish implements meter.Counters: one script call that settles r and
+// releases lease. It runs even when ctx is cancelled: what a request cost
+// is counted, and its slot given back, whether or not its client stayed. A caller error (actual not matching r) changes nothing, the
 // lease included.
-func (c *RedisCounters) Finish(ctx context.Context, lease hotpath.Lease, r *hotpath.Reservation, actual []int64) error {
-	if err := hotpath.CheckSettle(r, actual); err != nil {
+func (c *RedisCounters) Finish(ctx context.Context, lease meter.Lease, r *meter.Reservation, actual []int64) error {
+	if err := meter.CheckFinish(r, actual); err != nil {
 		return err
 	}
 	var keys []string

@@ -15,16 +15,17 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgegw/gateway/hotpath"
-	"github.com/edgegw/gateway/hotpath/countertest"
+	"github.com/edgegw/gateway/hotpath/logtest"
+	"github.com/edgegw/gateway/hotpath/meter"
+	"github.com/edgegw/gateway/hotpath/meter/metertest"
 	"github.com/edgegw/gateway/storage"
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
 func TestRedisCountersContract(t *testing.T) {
 	client := storetest.Redis(t)
-	countertest.Run(t, func(t *testing.T, seeder hotpath.BudgetSeeder) hotpath.Counters {
-		c := storage.NewRedisCounters(client, storetest.Prefix(), seeder, nil)
+	metertest.Run(t, func(t *testing.T, seeder meter.BudgetSeeder) meter.Counters {
+		c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix(), Seeder: seeder})
 		t.Cleanup(c.Close)
 		return c
 	})
@@ -33,33 +34,29 @@ func TestRedisCountersContract(t *testing.T) {
 func TestRedisCountersKeys(t *testing.T) {
 	client := storetest.Redis(t)
 	prefix := storetest.Prefix()
-	c := storage.NewRedisCounters(client, prefix, nil, nil)
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Now()
 
-	out := make([]hotpath.WindowState, 1)
-	_, err := c.Hit(ctx, now, []hotpath.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}, out)
+	out := make([]meter.WindowState, 1)
+	_, err := c.Hit(ctx, now, []meter.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}, out)
 	require.NoError(t, err)
-	_, ok, err := c.Acquire(ctx, now, "cc:k1", 2)
+	res, err := c.Admit(ctx, now, &meter.Admission{LeaseKey: "cc:k1", LeaseLimit: 2, Budgets: []meter.Budget{
+		{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: -1},
+		{Kind: meter.BudgetCredits, Subject: "key_2", Cap: -1},
+		{Kind: meter.BudgetPoolBurst, Subject: "org_1", Cap: -1},
+	}, Amounts: []int64{1, 2, 3}}, new(meter.Reservation))
 	require.NoError(t, err)
-	require.True(t, ok)
-	var r hotpath.Reservation
-	refused, err := c.Reserve(ctx, now, []hotpath.Budget{
-		{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: -1},
-		{Kind: hotpath.BudgetCredits, Subject: "key_2", Cap: -1},
-		{Kind: hotpath.BudgetPoolBurst, Subject: "org_1", Cap: -1},
-	}, []int64{1, 2, 3}, &r)
-	require.NoError(t, err)
-	require.Equal(t, -1, refused)
+	require.Equal(t, meter.AdmitOK, res.Refused)
 
-	month := hotpath.MonthStart(now).Format("2006-01")
+	month := meter.MonthStart(now).Format("2006-01")
 	want := map[string]time.Duration{
 		prefix + "rl:key:k1:requests":              time.Minute,
-		prefix + "lease:cc:k1":                     hotpath.LeaseTTL,
-		prefix + "budget:key_spend:key_1:" + month: hotpath.MonthStart(now).Add(hotpath.MonthCounterKeep).Sub(now),
-		prefix + "budget:credits:key_2":            hotpath.LifetimeCounterIdle,
-		prefix + "budget:pool_burst:org_1":         hotpath.BurstWindow + hotpath.BurstSlot,
+		prefix + "lease:cc:k1":                     meter.LeaseTTL,
+		prefix + "budget:key_spend:key_1:" + month: meter.MonthStart(now).Add(meter.MonthCounterKeep).Sub(now),
+		prefix + "budget:credits:key_2":            meter.LifetimeCounterIdle,
+		prefix + "budget:pool_burst:org_1":         meter.BurstWindow + meter.BurstSlot,
 	}
 	keys, err := client.Do(ctx, client.B().Keys().Pattern(prefix+"*").Build()).AsStrSlice()
 	require.NoError(t, err)
@@ -69,7 +66,7 @@ func TestRedisCountersKeys(t *testing.T) {
 		require.NoError(t, err)
 		require.InDelta(t, ttl, time.Duration(ms)*time.Millisecond, float64(5*time.Second), k)
 	}
-	slot, err := client.Do(ctx, client.B().Hget().Key(prefix+"budget:pool_burst:org_1").Field(fmt.Sprint(hotpath.BurstSlotStart(now).Unix())).Build()).ToString()
+	slot, err := client.Do(ctx, client.B().Hget().Key(prefix+"budget:pool_burst:org_1").Field(fmt.Sprint(meter.BurstSlotStart(now).Unix())).Build()).ToString()
 	require.NoError(t, err)
 	require.Equal(t, "3", slot, "a burst slot is a hash field named by its start")
 }
@@ -88,40 +85,32 @@ func TestRedisCountersCrashedProcessFreesItsSlots(t *testing.T) {
 	const ttl = 600 * time.Millisecond
 	prefix := storetest.Prefix()
 	crashing := storetest.Redis(t)
-	a := storage.NewRedisCounters(crashing, prefix, nil, nil, storage.WithLeaseTTL(ttl))
-	b := storage.NewRedisCounters(storetest.Redis(t), prefix, nil, nil, storage.WithLeaseTTL(ttl))
+	a := storage.NewRedisCounters(storage.RedisCountersConfig{Client: crashing, Prefix: prefix, LeaseTTL: ttl})
+	b := storage.NewRedisCounters(storage.RedisCountersConfig{Client: storetest.Redis(t), Prefix: prefix, LeaseTTL: ttl})
 	t.Cleanup(a.Close)
 	t.Cleanup(b.Close)
-	ctx := t.Context()
 
 	for range 2 {
-		_, ok, err := a.Acquire(ctx, time.Now(), "cc:k1", 2)
-		require.NoError(t, err)
+		_, ok := metertest.TakeSlot(t, a, time.Now(), "cc:k1", 2)
 		require.True(t, ok)
 	}
 	time.Sleep(3 * ttl)
-	_, ok, err := b.Acquire(ctx, time.Now(), "cc:k1", 2)
-	require.NoError(t, err)
+	_, ok := metertest.TakeSlot(t, b, time.Now(), "cc:k1", 2)
 	require.False(t, ok, "the live process renewed its leases past their TTL")
 
 	a.Close() // the process dies: no renewal, no release
 	crashing.Close()
 	crashed := time.Now()
-	n, err := b.InFlight(ctx, time.Now(), "cc:k1")
-	require.NoError(t, err)
-	require.Equal(t, int64(2), n, "the slots are held until their TTL runs out")
+	require.Equal(t, int64(2), metertest.InFlight(t, b, time.Now(), "cc:k1"), "the slots are held until their TTL runs out")
 
 	var freed time.Duration
 	require.Eventually(t, func() bool {
-		_, ok, err := b.Acquire(ctx, time.Now(), "cc:k1", 1)
-		require.NoError(t, err)
+		_, ok := metertest.TakeSlot(t, b, time.Now(), "cc:k1", 1)
 		freed = time.Since(crashed)
 		return ok
 	}, 3*ttl, 10*time.Millisecond)
 	require.LessOrEqual(t, freed, ttl+300*time.Millisecond, "freed within the TTL (and a poll)")
-	n, err = b.InFlight(ctx, time.Now(), "cc:k1")
-	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
+	require.Equal(t, int64(1), metertest.InFlight(t, b, time.Now(), "cc:k1"))
 }
 
 // Leases Redis lost while their requests run are reported, once, and
@@ -130,13 +119,12 @@ func TestRedisCountersReportLostLeases(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	client := storetest.Redis(t)
 	prefix := storetest.Prefix()
-	var logs leaseLogBuffer
-	c := storage.NewRedisCounters(client, prefix, nil, slog.New(slog.NewJSONHandler(&logs, nil)), storage.WithLeaseTTL(ttl))
+	var logs logtest.Buffer
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Log: slog.New(slog.NewJSONHandler(&logs, nil)), LeaseTTL: ttl})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	for _, key := range []string{"cc:k1", "cc:k2"} {
-		_, ok, err := c.Acquire(ctx, time.Now(), key, 1)
-		require.NoError(t, err)
+		_, ok := metertest.TakeSlot(t, c, time.Now(), key, 1)
 		require.True(t, ok)
 	}
 	require.NoError(t, client.Do(ctx, client.B().Del().Key(prefix+"lease:cc:k1").Build()).Error())
@@ -144,29 +132,8 @@ func TestRedisCountersReportLostLeases(t *testing.T) {
 	require.Contains(t, logs.String(), `"lost":1`)
 	require.NotContains(t, logs.String(), "cc:k1", "lease keys are not logged")
 	time.Sleep(2 * ttl)
-	n, err := c.InFlight(ctx, time.Now(), "cc:k2")
-	require.NoError(t, err)
-	require.Equal(t, int64(1), n, "the other lease is still renewed")
-	n, err = c.InFlight(ctx, time.Now(), "cc:k1")
-	require.NoError(t, err)
-	require.Zero(t, n, "the lost one is not brought back")
-}
-
-type leaseLogBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *leaseLogBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *leaseLogBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	require.Equal(t, int64(1), metertest.InFlight(t, c, time.Now(), "cc:k2"), "the other lease is still renewed")
+	require.Zero(t, metertest.InFlight(t, c, time.Now(), "cc:k1"), "the lost one is not brought back")
 }
 
 // fixedSeeder is a ledger of fixed usage that counts its queries and may be
@@ -177,7 +144,7 @@ type fixedSeeder struct {
 	calls atomic.Int64
 }
 
-func (s *fixedSeeder) SeedBudget(ctx context.Context, _ hotpath.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
+func (s *fixedSeeder) SeedBudget(ctx context.Context, _ meter.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
 	s.calls.Add(1)
 	select {
 	case <-time.After(s.delay):
@@ -196,21 +163,21 @@ func TestRedisCountersRebuildLostCounters(t *testing.T) {
 	client := storetest.Redis(t)
 	prefix := storetest.Prefix()
 	s := &fixedSeeder{usage: 500}
-	c := storage.NewRedisCounters(client, prefix, s, nil)
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Seeder: s})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Date(2026, 3, 10, 12, 5, 0, 0, time.UTC) // the ledger's usage lands in the current burst slot
-	spend := hotpath.Budget{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 10_000}
-	burst := hotpath.Budget{Kind: hotpath.BudgetPoolBurst, Subject: "org_1", Cap: 10_000}
-	budgets := []hotpath.Budget{spend, burst}
-	usage := func() []hotpath.BudgetState {
-		out := make([]hotpath.BudgetState, 2)
+	spend := meter.Budget{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: 10_000}
+	burst := meter.Budget{Kind: meter.BudgetPoolBurst, Subject: "org_1", Cap: 10_000}
+	budgets := []meter.Budget{spend, burst}
+	usage := func() []meter.BudgetState {
+		out := make([]meter.BudgetState, 2)
 		require.NoError(t, c.Usage(ctx, now, budgets, out))
 		return out
 	}
 
-	var r hotpath.Reservation
-	refused, err := c.Reserve(ctx, now, budgets, []int64{1000, 1000}, &r)
+	var r meter.Reservation
+	refused, err := metertest.Reserve(ctx, c, now, budgets, []int64{1000, 1000}, &r)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)
 	require.Equal(t, []int64{1500, 1500}, []int64{usage()[0].Used, usage()[1].Used})
@@ -219,23 +186,23 @@ func TestRedisCountersRebuildLostCounters(t *testing.T) {
 	// Rebuilt without the reservation in flight, as after a restart.
 	spendKey, burstKey := prefix+"budget:key_spend:key_1:2026-03", prefix+"budget:pool_burst:org_1"
 	require.NoError(t, client.Do(ctx, client.B().Set().Key(spendKey).Value("300").Build()).Error())
-	field := fmt.Sprint(hotpath.BurstSlotStart(now).Unix())
+	field := fmt.Sprint(meter.BurstSlotStart(now).Unix())
 	require.NoError(t, client.Do(ctx, client.B().Hset().Key(burstKey).FieldValue().FieldValue(field, "300").Build()).Error())
-	require.NoError(t, c.Settle(ctx, &r, []int64{100, 100}))
+	require.NoError(t, metertest.Settle(ctx, c, &r, []int64{100, 100}))
 	require.Equal(t, []int64{0, 0}, []int64{usage()[0].Used, usage()[1].Used}, "a settlement never leaves a counter below zero")
 
 	require.NoError(t, client.Do(ctx, client.B().Del().Key(spendKey, burstKey).Build()).Error())
-	refused, err = c.Reserve(ctx, now, budgets, []int64{10, 10}, &r)
+	refused, err = metertest.Reserve(ctx, c, now, budgets, []int64{10, 10}, &r)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)
 	require.NoError(t, client.Do(ctx, client.B().Del().Key(spendKey, burstKey).Build()).Error())
-	require.NoError(t, c.Settle(ctx, &r, []int64{5, 5}))
+	require.NoError(t, metertest.Settle(ctx, c, &r, []int64{5, 5}))
 	n, err := client.Do(ctx, client.B().Exists().Key(spendKey, burstKey).Build()).AsInt64()
 	require.NoError(t, err)
 	require.Zero(t, n, "a settlement does not recreate a lost counter")
-	require.Equal(t, []hotpath.BudgetState{
-		{Used: 500, ResetAt: hotpath.NextMonth(now).Unix()},
-		{Used: 500, ResetAt: hotpath.BurstSlotStart(now).Add(hotpath.BurstWindow).Unix()},
+	require.Equal(t, []meter.BudgetState{
+		{Used: 500, ResetAt: meter.NextMonth(now).Unix()},
+		{Used: 500, ResetAt: meter.BurstSlotStart(now).Add(meter.BurstWindow).Unix()},
 	}, usage(), "lost counters come back from the ledger")
 	require.Equal(t, int64(6), s.calls.Load())
 }
@@ -246,20 +213,20 @@ func TestRedisCountersConcurrentSeedersAcrossProcesses(t *testing.T) {
 	prefix := storetest.Prefix()
 	s := &fixedSeeder{usage: 400, delay: 30 * time.Millisecond}
 	procs := []*storage.RedisCounters{
-		storage.NewRedisCounters(storetest.Redis(t), prefix, s, nil),
-		storage.NewRedisCounters(storetest.Redis(t), prefix, s, nil),
+		storage.NewRedisCounters(storage.RedisCountersConfig{Client: storetest.Redis(t), Prefix: prefix, Seeder: s}),
+		storage.NewRedisCounters(storage.RedisCountersConfig{Client: storetest.Redis(t), Prefix: prefix, Seeder: s}),
 	}
 	for _, p := range procs {
 		t.Cleanup(p.Close)
 	}
 	now := time.Now()
-	b := []hotpath.Budget{{Kind: hotpath.BudgetWorkspaceSpend, Subject: "ws_1", Cap: 1_000_000}}
+	b := []meter.Budget{{Kind: meter.BudgetWorkspaceSpend, Subject: "ws_1", Cap: 1_000_000}}
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
 	for i := range 40 {
 		wg.Go(func() {
-			var r hotpath.Reservation
-			refused, err := procs[i%2].Reserve(context.Background(), now, b, []int64{10}, &r)
+			var r meter.Reservation
+			refused, err := metertest.Reserve(context.Background(), procs[i%2], now, b, []int64{10}, &r)
 			if err == nil && refused >= 0 {
 				err = errors.New("refused under a large cap")
 			}
@@ -273,7 +240,7 @@ func TestRedisCountersConcurrentSeedersAcrossProcesses(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	out := make([]hotpath.BudgetState, 1)
+	out := make([]meter.BudgetState, 1)
 	require.NoError(t, procs[0].Usage(t.Context(), now, b, out))
 	require.Equal(t, int64(400+40*10), out[0].Used)
 	require.LessOrEqual(t, s.calls.Load(), int64(2), "each process asks the ledger at most once")
@@ -345,7 +312,7 @@ func (p *faultProxy) cut() {
 }
 
 // Every call on a Redis that is gone, silent or closed fails promptly
-// with hotpath.ErrCountersUnavailable.
+// with meter.ErrCountersUnavailable.
 func TestRedisCountersUnavailable(t *testing.T) {
 	opt, err := rueidis.ParseURL(storetest.RedisURL(t))
 	require.NoError(t, err)
@@ -358,7 +325,7 @@ func TestRedisCountersUnavailable(t *testing.T) {
 		client, err := rueidis.NewClient(o)
 		require.NoError(t, err)
 		t.Cleanup(client.Close)
-		c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+		c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 		t.Cleanup(c.Close)
 		return p, c
 	}
@@ -377,7 +344,7 @@ func TestRedisCountersUnavailable(t *testing.T) {
 		},
 		"ClientClosed": func(t *testing.T) *storage.RedisCounters {
 			client := storetest.Redis(t)
-			c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+			c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 			t.Cleanup(c.Close)
 			requireCountersWork(t, c)
 			client.Close()
@@ -389,45 +356,30 @@ func TestRedisCountersUnavailable(t *testing.T) {
 			c := setup(t)
 			ctx := context.Background() // no deadline: the store brings its own
 			now := time.Now()
-			ws := []hotpath.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}
-			budgets := []hotpath.Budget{{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 100}}
-			r := hotpath.Reservation{N: 1, Budgets: [hotpath.MaxReservation]hotpath.Budget{budgets[0]}, Amounts: [hotpath.MaxReservation]int64{50}}
+			ws := []meter.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}
+			budgets := []meter.Budget{{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: 100}}
+			r := meter.Reservation{N: 1, Budgets: [meter.MaxReservation]meter.Budget{budgets[0]}, Amounts: [meter.MaxReservation]int64{50}}
 			calls := map[string]func() error{
 				"Hit": func() error {
-					_, err := c.Hit(ctx, now, ws, make([]hotpath.WindowState, 1))
+					_, err := c.Hit(ctx, now, ws, make([]meter.WindowState, 1))
 					return err
 				},
-				"PeekWindows": func() error { return c.PeekWindows(ctx, now, ws, make([]hotpath.WindowState, 1)) },
-				"Acquire": func() error {
-					_, _, err := c.Acquire(ctx, now, "cc:k1", 2)
-					return err
-				},
-				"Release": func() error { return c.Release(ctx, hotpath.Lease{Key: "cc:k1", ID: "x"}) },
-				"InFlight": func() error {
-					_, err := c.InFlight(ctx, now, "cc:k1")
-					return err
-				},
-				"Reserve": func() error {
-					_, err := c.Reserve(ctx, now, budgets, []int64{10}, new(hotpath.Reservation))
-					return err
-				},
-				"Settle": func() error { return c.Settle(ctx, &r, []int64{10}) },
-				"Usage":  func() error { return c.Usage(ctx, now, budgets, make([]hotpath.BudgetState, 1)) },
+				"PeekWindows": func() error { return c.PeekWindows(ctx, now, ws, make([]meter.WindowState, 1)) },
+				"Usage":       func() error { return c.Usage(ctx, now, budgets, make([]meter.BudgetState, 1)) },
 				"Admit": func() error {
-					a := &hotpath.Admission{Windows: ws, WindowOut: make([]hotpath.WindowState, 1), LeaseKey: "cc:k1", LeaseLimit: 2, Budgets: budgets, Amounts: []int64{10}}
-					_, err := c.Admit(ctx, now, a, new(hotpath.Reservation))
+					a := &meter.Admission{Windows: ws, WindowOut: make([]meter.WindowState, 1), LeaseKey: "cc:k1", LeaseLimit: 2, Budgets: budgets, Amounts: []int64{10}}
+					_, err := c.Admit(ctx, now, a, new(meter.Reservation))
 					return err
 				},
 				"Finish": func() error {
-					fr := r // a reservation of its own: Settle above used r up
-					return c.Finish(ctx, hotpath.Lease{Key: "cc:k1", ID: "x"}, &fr, []int64{10})
+					return c.Finish(ctx, meter.Lease{Key: "cc:k1", ID: "x"}, &r, []int64{10})
 				},
 			}
 			for op, call := range calls {
 				start := time.Now()
 				err := call()
 				took := time.Since(start)
-				require.ErrorIs(t, err, hotpath.ErrCountersUnavailable, op)
+				require.ErrorIs(t, err, meter.ErrCountersUnavailable, op)
 				require.Less(t, took, time.Second, "%s took %v", op, took)
 			}
 		})
@@ -436,8 +388,7 @@ func TestRedisCountersUnavailable(t *testing.T) {
 
 func requireCountersWork(t *testing.T, c *storage.RedisCounters) {
 	t.Helper()
-	_, ok, err := c.Acquire(t.Context(), time.Now(), "cc:probe", 1)
-	require.NoError(t, err)
+	_, ok := metertest.TakeSlot(t, c, time.Now(), "cc:probe", 1)
 	require.True(t, ok)
 }
 
@@ -460,44 +411,38 @@ func (c *countingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed)
 // Every call is one round trip once its counters exist.
 func TestRedisCountersOneRoundTripEach(t *testing.T) {
 	client := &countingClient{Client: storetest.Redis(t)}
-	c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Now()
-	ws := []hotpath.Window{
+	ws := []meter.Window{
 		{Key: "rl:key:k1:requests", Limit: 100, Length: time.Minute},
 		{Key: "rl:org:o1:requests", Limit: 100, Length: time.Minute},
 	}
-	out := make([]hotpath.WindowState, 2)
-	budgets := []hotpath.Budget{
-		{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 1 << 40},
-		{Kind: hotpath.BudgetWorkspaceSpend, Subject: "ws_1", Cap: 1 << 40},
-		{Kind: hotpath.BudgetCredits, Subject: "key_1", Cap: 1 << 40},
-		{Kind: hotpath.BudgetPoolMonthly, Subject: "org_1", Cap: 1 << 40},
-		{Kind: hotpath.BudgetPoolBurst, Subject: "org_1", Cap: 1 << 40},
-		{Kind: hotpath.BudgetMiraRequests, Subject: "org_1", Cap: 1 << 40},
+	out := make([]meter.WindowState, 2)
+	budgets := []meter.Budget{
+		{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: 1 << 40},
+		{Kind: meter.BudgetWorkspaceSpend, Subject: "ws_1", Cap: 1 << 40},
+		{Kind: meter.BudgetCredits, Subject: "key_1", Cap: 1 << 40},
+		{Kind: meter.BudgetPoolMonthly, Subject: "org_1", Cap: 1 << 40},
+		{Kind: meter.BudgetPoolBurst, Subject: "org_1", Cap: 1 << 40},
+		{Kind: meter.BudgetMiraRequests, Subject: "org_1", Cap: 1 << 40},
 	}
 	amounts := []int64{10, 10, 10, 10, 10, 1}
-	states := make([]hotpath.BudgetState, len(budgets))
-	var lease hotpath.Lease
-	var r hotpath.Reservation
-	admission := &hotpath.Admission{Windows: ws, WindowOut: out, LeaseKey: "cc:k2", LeaseLimit: 10, Budgets: budgets, Amounts: amounts}
-	var admitted hotpath.AdmitResult
+	states := make([]meter.BudgetState, len(budgets))
+	var r meter.Reservation
+	admission := &meter.Admission{Windows: ws, WindowOut: out, LeaseKey: "cc:k2", LeaseLimit: 10, Budgets: budgets, Amounts: amounts}
+	var admitted meter.AdmitResult
 	calls := []struct {
 		name string
 		call func() error
 	}{
 		{"Hit", func() error { _, err := c.Hit(ctx, now, ws, out); return err }},
 		{"PeekWindows", func() error { return c.PeekWindows(ctx, now, ws, out) }},
-		{"Acquire", func() error { var err error; lease, _, err = c.Acquire(ctx, now, "cc:k1", 10); return err }},
-		{"InFlight", func() error { _, err := c.InFlight(ctx, now, "cc:k1"); return err }},
-		{"Release", func() error { return c.Release(ctx, lease) }},
-		{"Reserve", func() error { _, err := c.Reserve(ctx, now, budgets, amounts, &r); return err }},
-		{"Settle", func() error { return c.Settle(ctx, &r, []int64{5, 5, 5, 5, 5, 1}) }},
 		{"Usage", func() error { return c.Usage(ctx, now, budgets, states) }},
 		{"Admit", func() error {
 			var err error
-			if admitted, err = c.Admit(ctx, now, admission, &r); err == nil && admitted.Refused != hotpath.AdmitOK {
+			if admitted, err = c.Admit(ctx, now, admission, &r); err == nil && admitted.Refused != meter.AdmitOK {
 				err = fmt.Errorf("refused: %d", admitted.Refused)
 			}
 			return err
@@ -520,68 +465,62 @@ func TestRedisCountersOneRoundTripEach(t *testing.T) {
 // nothing more once the counters exist.
 func TestRedisCountersAdmitSeedsThenOneRoundTrip(t *testing.T) {
 	client := &countingClient{Client: storetest.Redis(t)}
-	c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
 	now := time.Now()
-	warm := &hotpath.Admission{LeaseKey: "cc:warm", LeaseLimit: 1, Budgets: []hotpath.Budget{{Kind: hotpath.BudgetCredits, Subject: "key_warm", Cap: -1}}, Amounts: []int64{1}}
-	_, err := c.Admit(ctx, now, warm, new(hotpath.Reservation)) // loads the scripts
+	warm := &meter.Admission{LeaseKey: "cc:warm", LeaseLimit: 1, Budgets: []meter.Budget{{Kind: meter.BudgetCredits, Subject: "key_warm", Cap: -1}}, Amounts: []int64{1}}
+	_, err := c.Admit(ctx, now, warm, new(meter.Reservation)) // loads the scripts
 	require.NoError(t, err)
 
-	a := &hotpath.Admission{
-		Windows:   []hotpath.Window{{Key: "rl:key:k1:requests", Limit: 100, Length: time.Minute}},
-		WindowOut: make([]hotpath.WindowState, 1),
+	a := &meter.Admission{
+		Windows:   []meter.Window{{Key: "rl:key:k1:requests", Limit: 100, Length: time.Minute}},
+		WindowOut: make([]meter.WindowState, 1),
 		LeaseKey:  "cc:k1", LeaseLimit: 10,
-		Budgets: []hotpath.Budget{{Kind: hotpath.BudgetKeySpend, Subject: "key_1", Cap: 100}},
+		Budgets: []meter.Budget{{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: 100}},
 		Amounts: []int64{10},
 	}
-	var r hotpath.Reservation
+	var r meter.Reservation
 	before := client.n.Load()
 	res, err := c.Admit(ctx, now, a, &r)
 	require.NoError(t, err)
-	require.Equal(t, hotpath.AdmitOK, res.Refused)
+	require.Equal(t, meter.AdmitOK, res.Refused)
 	require.Equal(t, int64(4), client.n.Load()-before, "the script, EXISTS, the seed write, the script again")
 	require.Equal(t, int64(99), a.WindowOut[0].Remaining, "the first answer, needing a seed, counted nothing")
 
 	before = client.n.Load()
 	res2, err := c.Admit(ctx, now, a, &r)
 	require.NoError(t, err)
-	require.Equal(t, hotpath.AdmitOK, res2.Refused)
+	require.Equal(t, meter.AdmitOK, res2.Refused)
 	require.Equal(t, int64(1), client.n.Load()-before)
 	before = client.n.Load()
 	require.NoError(t, c.Finish(ctx, res2.Lease, &r, []int64{0}))
 	require.Equal(t, int64(1), client.n.Load()-before)
-	n, err := c.InFlight(ctx, now, "cc:k1")
-	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
+	require.Equal(t, int64(1), metertest.InFlight(t, c, now, "cc:k1"))
 }
 
-// A slot Admit takes is renewed like one Acquire takes, and Finish stops
+// A slot Admit takes is renewed while it is held, and Finish stops
 // renewing it: a finished lease is neither brought back nor reported lost.
 func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	client := storetest.Redis(t)
 	prefix := storetest.Prefix()
-	var logs leaseLogBuffer
-	c := storage.NewRedisCounters(client, prefix, nil, slog.New(slog.NewJSONHandler(&logs, nil)), storage.WithLeaseTTL(ttl))
+	var logs logtest.Buffer
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Log: slog.New(slog.NewJSONHandler(&logs, nil)), LeaseTTL: ttl})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
-	inFlight := func() int64 {
-		n, err := c.InFlight(ctx, time.Now(), "cc:k1")
-		require.NoError(t, err)
-		return n
-	}
-	a := &hotpath.Admission{LeaseKey: "cc:k1", LeaseLimit: 2}
-	res, err := c.Admit(ctx, time.Now(), a, new(hotpath.Reservation))
+	inFlight := func() int64 { return metertest.InFlight(t, c, time.Now(), "cc:k1") }
+	a := &meter.Admission{LeaseKey: "cc:k1", LeaseLimit: 2}
+	res, err := c.Admit(ctx, time.Now(), a, new(meter.Reservation))
 	require.NoError(t, err)
-	require.Equal(t, hotpath.AdmitOK, res.Refused)
-	other, err := c.Admit(ctx, time.Now(), a, new(hotpath.Reservation))
+	require.Equal(t, meter.AdmitOK, res.Refused)
+	other, err := c.Admit(ctx, time.Now(), a, new(meter.Reservation))
 	require.NoError(t, err)
-	require.Equal(t, hotpath.AdmitOK, other.Refused)
+	require.Equal(t, meter.AdmitOK, other.Refused)
 	time.Sleep(3 * ttl)
 	require.Equal(t, int64(2), inFlight(), "both slots outlived their TTL")
 
-	require.NoError(t, c.Finish(ctx, res.Lease, new(hotpath.Reservation), nil))
+	require.NoError(t, c.Finish(ctx, res.Lease, new(meter.Reservation), nil))
 	require.Equal(t, int64(1), inFlight())
 	time.Sleep(3 * ttl)
 	require.Equal(t, int64(1), inFlight(), "the finished slot stays free, the other is still renewed")
@@ -592,10 +531,10 @@ func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
 
 func BenchmarkRedisCounters(b *testing.B) {
 	client := &countingClient{Client: storetest.Redis(b)}
-	c := storage.NewRedisCounters(client, storetest.Prefix(), nil, nil)
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 	b.Cleanup(c.Close)
 	// Many requests in flight, as in a gateway: rueidis pipelines them.
-	countertest.Bench(b, c, time.Now(), 16, func(b *testing.B) {
+	metertest.Bench(b, c, time.Now(), 16, func(b *testing.B) {
 		start := client.n.Load()
 		b.Cleanup(func() { b.ReportMetric(float64(client.n.Load()-start)/float64(b.N), "roundtrips/op") })
 	})

@@ -211,7 +211,7 @@ func (db *DB) LookupKey(ctx context.Context, h hotpath.TokenHash) (*hotpath.Prin
 		p.WorkspaceCapMicros = *workspaceCap
 	}
 	if plan != nil {
-		p.Plan = *plan
+		p.PlanName = *plan
 	}
 	if expires != nil {
 		p.ExpiresAt = expires.Unix()

@@ -13,11 +13,12 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 var (
-	_ hotpath.UsageSink    = (*Ledger)(nil)
-	_ hotpath.BudgetSeeder = (*Ledger)(nil)
+	_ hotpath.UsageSink  = (*Ledger)(nil)
+	_ meter.BudgetSeeder = (*Ledger)(nil)
 )
 
 // ErrLedgerClosed is returned by Flush once Close has begun.
@@ -127,7 +128,7 @@ type Ledger struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	dropLog, errLog, idLog logLimiter
+	dropLog, errLog, idLog hotpath.LogLimiter
 
 	m ledgerMetrics
 
@@ -250,7 +251,7 @@ func (l *Ledger) overflowRow(row *ledgerRow) {
 		return
 	}
 	l.m.dropped.Inc()
-	if ok, n := l.dropLog.allow(); ok {
+	if ok, n := l.dropLog.Allow(); ok {
 		l.log.Error("ledger row lost: the queue and the spool are full or the spool cannot be written",
 			"err", err, "request_id", string(row.textBytes(textRequestID)), "cost_pico", row.cost, "suppressed", n)
 	}
@@ -626,32 +627,14 @@ func (l *Ledger) checkIDs(row *ledgerRow) {
 
 func (l *Ledger) badID(row *ledgerRow) {
 	l.m.badIDs.Inc()
-	if ok, n := l.idLog.allow(); ok {
+	if ok, n := l.idLog.Allow(); ok {
 		l.log.Error("ledger row carries an id that is not a UUID; stored as null",
 			"request_id", string(row.textBytes(textRequestID)), "suppressed", n)
 	}
 }
 
 func (l *Ledger) logWriteError(msg string, err error) {
-	if ok, n := l.errLog.allow(); ok {
+	if ok, n := l.errLog.Allow(); ok {
 		l.log.Error(msg, "err", err, "suppressed", n)
 	}
-}
-
-// logLimiter lets one log line through per interval and counts the rest.
-type logLimiter struct {
-	next       atomic.Int64
-	suppressed atomic.Int64
-}
-
-const logEvery = 10 * time.Second
-
-func (ll *logLimiter) allow() (ok bool, suppressed int64) {
-	now := time.Now().UnixNano()
-	next := ll.next.Load()
-	if now < next || !ll.next.CompareAndSwap(next, now+int64(logEvery)) {
-		ll.suppressed.Add(1)
-		return false, 0
-	}
-	return true, ll.suppressed.Swap(0)
 }

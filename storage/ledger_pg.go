@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // insertRowsSQL writes one batch in one statement: each column travels as
@@ -119,12 +119,12 @@ const maxSeedSlots = 1 << 16
 const seedFlushWait = time.Second
 
 // SeedBudget returns what the ledger records for b from `from` up to `to`
-// (see hotpath.BudgetSeeder). While PostgreSQL is up it first writes out
+// (see meter.BudgetSeeder). While PostgreSQL is up it first writes out
 // the rows this process still holds (waiting at most seedFlushWait), so
 // that its own recent requests count too. Rows other processes hold
 // (queued, or spooled while PostgreSQL was away) count once they are
 // written.
-func (l *Ledger) SeedBudget(ctx context.Context, b hotpath.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
+func (l *Ledger) SeedBudget(ctx context.Context, b meter.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
 	if l.dbUp.Load() && !l.closed.Load() && (l.queued.Load() > 0 || l.spool.hasData()) {
 		fctx, cancel := context.WithTimeout(ctx, seedFlushWait)
 		_ = l.Flush(fctx)
@@ -139,7 +139,7 @@ func (l *Ledger) SeedBudget(ctx context.Context, b hotpath.Budget, from, to time
 // mira cap. Slot i covers [from+i*slot, from+(i+1)*slot); there is one slot
 // when slot covers the whole span. Times are taken to the microsecond, as
 // PostgreSQL keeps them.
-func (db *DB) SeedBudget(ctx context.Context, b hotpath.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
+func (db *DB) SeedBudget(ctx context.Context, b meter.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
 	from, to = from.Truncate(time.Microsecond), to.Truncate(time.Microsecond)
 	span := to.Sub(from)
 	n := 1
@@ -166,13 +166,13 @@ func (db *DB) SeedBudget(ctx context.Context, b hotpath.Budget, from, to time.Ti
 	}
 	var measure, where string
 	switch b.Kind {
-	case hotpath.BudgetKeySpend, hotpath.BudgetCredits:
+	case meter.BudgetKeySpend, meter.BudgetCredits:
 		measure, where = "sum(cost_pico)", "key_id = $1"
-	case hotpath.BudgetWorkspaceSpend:
+	case meter.BudgetWorkspaceSpend:
 		measure, where = "sum(cost_pico)", "workspace_id = $1 and workspace_id is not null"
-	case hotpath.BudgetPoolMonthly, hotpath.BudgetPoolBurst:
+	case meter.BudgetPoolMonthly, meter.BudgetPoolBurst:
 		measure, where = "sum(weighted_tokens)", "org_id = $1"
-	case hotpath.BudgetMiraRequests:
+	case meter.BudgetMiraRequests:
 		measure, where = "count(*)", "org_id = $1 and tier = 'mira' and bucket = 'subscription'"
 	default:
 		return nil, fmt.Errorf("cannot seed budget: unknown kind %d", b.Kind)

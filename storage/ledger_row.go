@@ -93,18 +93,25 @@ func (w *ledgerRow) fill(r *hotpath.UsageRecord) (badID bool) {
 	w.status = clampInt32(r.Status)
 	w.inTok, w.outTok, w.wTok, w.cost = r.InputTokens, r.OutputTokens, r.WeightedTokens, r.CostPico
 	w.durUS, w.ttftUS = r.DurationUS, r.TTFTUS
-	w.flags = 0
-	if r.Estimated {
-		w.flags |= flagEstimated
-	}
-	if r.Billed {
-		w.flags |= flagBilled
-	}
-	if r.Stream {
-		w.flags |= flagStream
-	}
+	w.flags = rowFlags(r.Estimated, r.Billed, r.Stream)
 	w.setTexts(&[nText]string{r.RequestID, r.Bucket, r.Route, r.Tier, r.ErrorCode})
 	return badID
+}
+
+// rowFlags maps a usage record's booleans to the row's flag bits: the one
+// mapping both the record and the spool line go through.
+func rowFlags(estimated, billed, stream bool) uint8 {
+	var f uint8
+	if estimated {
+		f |= flagEstimated
+	}
+	if billed {
+		f |= flagBilled
+	}
+	if stream {
+		f |= flagStream
+	}
+	return f
 }
 
 // setTexts stores the row's texts, inline when they fit.
@@ -360,15 +367,7 @@ func parseSpoolLine(line []byte, w *ledgerRow) error {
 		copy(w.idText[i][:], s)
 		w.ids |= 1 << i
 	}
-	if rec.Estimated {
-		w.flags |= flagEstimated
-	}
-	if rec.Billed {
-		w.flags |= flagBilled
-	}
-	if rec.Stream {
-		w.flags |= flagStream
-	}
+	w.flags |= rowFlags(rec.Estimated, rec.Billed, rec.Stream)
 	w.setTexts(&[nText]string{rec.RequestID, rec.Bucket, rec.Route, rec.Tier, rec.ErrorCode})
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/storage"
 	"github.com/edgegw/gateway/storage/storetest"
 )
@@ -295,7 +296,7 @@ func TestSeedBudget(t *testing.T) {
 	db := storetest.DB(t)
 	l := openLedger(t, db, t.TempDir())
 	month := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-	next := hotpath.NextMonth(month)
+	next := meter.NextMonth(month)
 	rec := func(at time.Time, mutate ...func(*hotpath.UsageRecord)) {
 		l.Record(usage(fmt.Sprintf("at-%d", at.UnixNano()), append([]func(*hotpath.UsageRecord){func(r *hotpath.UsageRecord) { r.At = at }}, mutate...)...))
 	}
@@ -319,39 +320,39 @@ func TestSeedBudget(t *testing.T) {
 	flush(t, l.Ledger)
 
 	ctx := context.Background()
-	seed := func(kind hotpath.BudgetKind, subject string, from, to time.Time, slot time.Duration) []int64 {
+	seed := func(kind meter.BudgetKind, subject string, from, to time.Time, slot time.Duration) []int64 {
 		t.Helper()
-		got, err := l.SeedBudget(ctx, hotpath.Budget{Kind: kind, Subject: subject}, from, to, slot)
+		got, err := l.SeedBudget(ctx, meter.Budget{Kind: kind, Subject: subject}, from, to, slot)
 		require.NoError(t, err)
 		return got
 	}
 	whole := next.Sub(month)
 	t.Run("key spend counts billed rows of the month", func(t *testing.T) {
-		require.Equal(t, []int64{1_000_000 + 5 + 1_000_000}, seed(hotpath.BudgetKeySpend, keyA, month, next, whole))
-		require.Equal(t, []int64{7 + 1_000_000}, seed(hotpath.BudgetKeySpend, keyB, month, next, whole), "in both organizations")
+		require.Equal(t, []int64{1_000_000 + 5 + 1_000_000}, seed(meter.BudgetKeySpend, keyA, month, next, whole))
+		require.Equal(t, []int64{7 + 1_000_000}, seed(meter.BudgetKeySpend, keyB, month, next, whole), "in both organizations")
 	})
 	t.Run("workspace spend", func(t *testing.T) {
-		require.Equal(t, []int64{1_000_000 + 7}, seed(hotpath.BudgetWorkspaceSpend, ws1, month, next, whole))
+		require.Equal(t, []int64{1_000_000 + 7}, seed(meter.BudgetWorkspaceSpend, ws1, month, next, whole))
 	})
 	t.Run("credits are a key's lifetime", func(t *testing.T) {
 		far := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 		// February, March (three rows) and April; the unbilled row is not counted.
-		require.Equal(t, []int64{4_000_005}, seed(hotpath.BudgetCredits, keyA, time.Time{}, far, far.Sub(time.Time{})))
+		require.Equal(t, []int64{4_000_005}, seed(meter.BudgetCredits, keyA, time.Time{}, far, far.Sub(time.Time{})))
 	})
 	t.Run("pools count weighted tokens of the organization", func(t *testing.T) {
-		require.Equal(t, []int64{30 + 30 + 30 + 100}, seed(hotpath.BudgetPoolMonthly, org1, month, next, whole))
-		require.Equal(t, []int64{30}, seed(hotpath.BudgetPoolMonthly, org2, month, next, whole))
+		require.Equal(t, []int64{30 + 30 + 30 + 100}, seed(meter.BudgetPoolMonthly, org1, month, next, whole))
+		require.Equal(t, []int64{30}, seed(meter.BudgetPoolMonthly, org2, month, next, whole))
 	})
 	t.Run("mira requests", func(t *testing.T) {
-		require.Equal(t, []int64{2}, seed(hotpath.BudgetMiraRequests, org1, month, next, whole))
-		require.Equal(t, []int64{1}, seed(hotpath.BudgetMiraRequests, org2, month, next, whole))
+		require.Equal(t, []int64{2}, seed(meter.BudgetMiraRequests, org1, month, next, whole))
+		require.Equal(t, []int64{1}, seed(meter.BudgetMiraRequests, org2, month, next, whole))
 	})
 	t.Run("nothing recorded", func(t *testing.T) {
-		require.Equal(t, []int64{0}, seed(hotpath.BudgetKeySpend, "0190b3c4-5d6e-7f80-9a1b-000000000000", month, next, whole))
-		require.Equal(t, []int64{0}, seed(hotpath.BudgetKeySpend, keyA, next, month, whole), "an empty span")
+		require.Equal(t, []int64{0}, seed(meter.BudgetKeySpend, "0190b3c4-5d6e-7f80-9a1b-000000000000", month, next, whole))
+		require.Equal(t, []int64{0}, seed(meter.BudgetKeySpend, keyA, next, month, whole), "an empty span")
 	})
 	t.Run("a subject that is not a UUID", func(t *testing.T) {
-		_, err := l.SeedBudget(ctx, hotpath.Budget{Kind: hotpath.BudgetKeySpend, Subject: "key"}, month, next, whole)
+		_, err := l.SeedBudget(ctx, meter.Budget{Kind: meter.BudgetKeySpend, Subject: "key"}, month, next, whole)
 		require.Error(t, err)
 	})
 }
@@ -360,8 +361,8 @@ func TestSeedBudgetSlotsOfTheBurstWindow(t *testing.T) {
 	db := storetest.DB(t)
 	l := openLedger(t, db, t.TempDir())
 	to := time.Date(2026, 7, 14, 12, 0, 0, 0, time.UTC)
-	from := to.Add(-hotpath.BurstWindow)
-	slotAt := func(i int) time.Time { return from.Add(time.Duration(i) * hotpath.BurstSlot) }
+	from := to.Add(-meter.BurstWindow)
+	slotAt := func(i int) time.Time { return from.Add(time.Duration(i) * meter.BurstSlot) }
 	tokens := map[time.Time]int64{
 		from.Add(-time.Microsecond):            1, // before the window
 		slotAt(0):                              2, // its first instant
@@ -380,19 +381,19 @@ func TestSeedBudgetSlotsOfTheBurstWindow(t *testing.T) {
 	l.Record(usage("unbilled", func(r *hotpath.UsageRecord) { r.At, r.WeightedTokens, r.Billed = slotAt(1), 1024, false }))
 	flush(t, l.Ledger)
 
-	got, err := l.SeedBudget(context.Background(), hotpath.Budget{Kind: hotpath.BudgetPoolBurst, Subject: org1}, from, to, hotpath.BurstSlot)
+	got, err := l.SeedBudget(context.Background(), meter.Budget{Kind: meter.BudgetPoolBurst, Subject: org1}, from, to, meter.BurstSlot)
 	require.NoError(t, err)
-	want := make([]int64, hotpath.BurstSlots)
+	want := make([]int64, meter.BurstSlots)
 	want[0] = 2
 	want[4] = 4
 	want[5] = 8 + 16
 	want[19] = 256
 	want[20] = 128
 	want[30] = 512
-	want[hotpath.BurstSlots-1] = 32
+	want[meter.BurstSlots-1] = 32
 	require.Equal(t, want, got)
 
-	got, err = l.SeedBudget(context.Background(), hotpath.Budget{Kind: hotpath.BudgetPoolBurst, Subject: org1},
+	got, err = l.SeedBudget(context.Background(), meter.Budget{Kind: meter.BudgetPoolBurst, Subject: org1},
 		from, from.Add(100*time.Minute), 15*time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, []int64{2, 0, 0, 0, 4, 24, 0}, got, "a span that is not a whole number of slots ends in a short one")
@@ -404,9 +405,9 @@ func TestSeedBudgetCountsRowsStillQueued(t *testing.T) {
 	for range 3 {
 		l.Record(usage(fmt.Sprintf("q-%d", time.Now().UnixNano())))
 	}
-	month := hotpath.MonthStart(time.Now())
-	got, err := l.SeedBudget(context.Background(), hotpath.Budget{Kind: hotpath.BudgetKeySpend, Subject: keyA},
-		month, hotpath.NextMonth(month), hotpath.NextMonth(month).Sub(month))
+	month := meter.MonthStart(time.Now())
+	got, err := l.SeedBudget(context.Background(), meter.Budget{Kind: meter.BudgetKeySpend, Subject: keyA},
+		month, meter.NextMonth(month), meter.NextMonth(month).Sub(month))
 	require.NoError(t, err)
 	require.Equal(t, []int64{3_000_000}, got, "this process's own recent rows count")
 }

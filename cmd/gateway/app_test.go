@@ -8,38 +8,20 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgegw/gateway/hotpath/logtest"
 	"github.com/edgegw/gateway/storage"
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
-// logBuffer collects every log line the app writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type testApp struct {
 	*app
 	dbURL string
-	logs  *logBuffer
+	logs  *logtest.Buffer
 }
 
 func testConfig(dbURL string) serveConfig {
@@ -59,7 +41,7 @@ func startTestApp(t *testing.T, mutate ...func(*serveConfig)) *testApp {
 		m(&cfg)
 	}
 	require.NoError(t, cfg.validate())
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	a, err := startApp(context.Background(), cfg, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	require.NoError(t, err)
 	t.Cleanup(a.shutdown)

@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // fileConfig is the --config file: the structured settings that do not fit
@@ -83,10 +84,10 @@ type settings struct {
 	Tiers     []hotpath.Tier
 	Bindings  map[string]binding
 	Providers map[string]providerConfig
-	// Plans, DefaultPlan and PoolWeights configure limits (plans_config.go).
-	Plans       []hotpath.Plan
+	// Plans and DefaultPlan configure limits (plans_config.go); how each
+	// tier meters is in Tiers (pool_weight).
+	Plans       []meter.Plan
 	DefaultPlan string
-	PoolWeights map[string]int64
 	// SignIn configures device login and native OAuth (signin_config.go).
 	SignIn signInSettings
 }
@@ -161,7 +162,7 @@ func loadSettings(path string) (settings, error) {
 				if *tc.PoolWeight < 0 {
 					return st, fmt.Errorf("config tiers.%s.pool_weight: must not be negative", name)
 				}
-				st.PoolWeights[name] = *tc.PoolWeight
+				tiers[i].PoolWeight = *tc.PoolWeight
 			}
 		}
 		if err := st.applyPlans(fc); err != nil {

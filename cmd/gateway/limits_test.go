@@ -11,7 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
+	"github.com/edgegw/gateway/hotpath/meter/metertest"
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
@@ -206,9 +207,9 @@ func TestSpentPoolsShowAndRefuse(t *testing.T) {
 	key := admin(t, ta.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--kind", "signed_in")
 	token, orgID := key["access_token"].(string), org["id"].(string)
 
-	var res hotpath.Reservation
-	refused, err := ta.limits.Counters().Reserve(context.Background(), time.Now(),
-		[]hotpath.Budget{{Kind: hotpath.BudgetPoolMonthly, Subject: orgID, Cap: 1_000_000}}, []int64{1_000_000}, &res)
+	var res meter.Reservation
+	refused, err := metertest.Reserve(context.Background(), ta.limits.Counters(), time.Now(),
+		[]meter.Budget{{Kind: meter.BudgetPoolMonthly, Subject: orgID, Cap: 1_000_000}}, []int64{1_000_000}, &res)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // planConfig is one plan in the config file. Omitted fields keep the
@@ -21,11 +21,10 @@ type planConfig struct {
 }
 
 // defaultPlans is the limits configuration when the file says nothing: one
-// plan, "default", and every tier's default pool weight.
+// plan, "default".
 func (st *settings) defaultPlans() {
-	st.Plans = []hotpath.Plan{hotpath.DefaultPlan()}
+	st.Plans = []meter.Plan{meter.DefaultPlan()}
 	st.DefaultPlan = "default"
-	st.PoolWeights = map[string]int64{}
 }
 
 // applyPlans reads the file's plans over the default one. A plan named
@@ -38,7 +37,7 @@ func (st *settings) applyPlans(fc fileConfig) error {
 	sort.Strings(names)
 	for _, name := range names {
 		pc := fc.Plans[name]
-		p := hotpath.DefaultPlan()
+		p := meter.DefaultPlan()
 		p.Name = name
 		set(&p.RequestsPerMinute, pc.RequestsPerMinute)
 		set(&p.OrgRequestsPerMinute, pc.OrgRequestsPerMinute)
@@ -64,16 +63,4 @@ func (st *settings) applyPlans(fc fileConfig) error {
 		st.DefaultPlan = fc.DefaultPlan
 	}
 	return nil
-}
-
-// poolTiers are the tiers that draw on the token pools: every tier but mira,
-// which has its own monthly request cap.
-func (st *settings) poolTiers() []string {
-	var out []string
-	for _, t := range st.Tiers {
-		if t.Name != "mira" {
-			out = append(out, t.Name)
-		}
-	}
-	return out
 }

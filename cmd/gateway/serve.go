@@ -24,6 +24,7 @@ import (
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/control"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/proxy"
 	"github.com/edgegw/gateway/storage"
 )
@@ -261,7 +262,7 @@ type app struct {
 	chat     *proxy.Chat
 	ledger   *storage.Ledger
 	counters *storage.RedisCounters
-	limits   *hotpath.Limits
+	limits   *meter.Limits
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -369,12 +370,12 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		return nil, err
 	}
 	// Counters start from the ledger whenever the store lacks one.
-	var counters hotpath.Counters = hotpath.NewMemoryCounters(a.ledger)
+	var counters meter.Counters = meter.NewMemoryCounters(a.ledger)
 	if a.redis != nil {
-		rc := storage.NewRedisCounters(a.redis, "gw:", a.ledger, log)
+		rc := storage.NewRedisCounters(storage.RedisCountersConfig{Client: a.redis, Prefix: "gw:", Seeder: a.ledger, Log: log})
 		a.counters, counters = rc, rc
 	}
-	limits, err := hotpath.NewLimits(counters, st.Plans, st.DefaultPlan, st.PoolWeights)
+	limits, err := meter.NewLimits(meter.LimitsConfig{Counters: counters, Plans: st.Plans, DefaultPlan: st.DefaultPlan, Tiers: tiers})
 	if err != nil {
 		a.shutdown()
 		return nil, fmt.Errorf("config: %w", err)
@@ -415,7 +416,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	chat.Register(rt)
 	a.chat = chat
 	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit(), SignIn: st.SignIn,
-		Limits: limits, PoolTiers: st.poolTiers()}
+		Limits: limits}
 	a.api.Register(rt)
 
 	// A connection whose stream completed serves the client's next request.

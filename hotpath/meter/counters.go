@@ -1,4 +1,4 @@
-package hotpath
+package meter
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 // Counters is the store behind every limit the gateway enforces: per-minute
 // request windows, concurrency leases and budget reservations. Two
-// implementations pass the same contract suite (hotpath/countertest): the
+// implementations pass the same contract suite (hotpath/meter/metertest): the
 // in-process MemoryCounters, the single-process default, and the Redis one in
 // storage, which makes every counter fleet-wide.
 //
@@ -26,47 +26,32 @@ type Counters interface {
 	// opened reports Remaining = Limit and ResetAt = 0.
 	PeekWindows(ctx context.Context, now time.Time, ws []Window, out []WindowState) error
 
-	// Acquire takes one of limit slots named key, never waiting: ok is false
-	// when all are held. A lease is held until Release; a process that dies
-	// holding one loses it within LeaseTTL.
-	Acquire(ctx context.Context, now time.Time, key string, limit int64) (lease Lease, ok bool, err error)
-	// Release gives a lease back. Releasing twice, or a lease whose slot
-	// already expired, is harmless.
-	Release(ctx context.Context, lease Lease) error
-	// InFlight is the number of live leases named key.
-	InFlight(ctx context.Context, now time.Time, key string) (int64, error)
-
-	// Reserve adds amounts[i] to budgets[i] for every i, atomically, when
-	// every budget stays within its cap (used + amount <= Cap, and a Cap
-	// below 0 never refuses); refused is then -1 and r records what was
-	// reserved. Otherwise nothing is added and refused is the index of the
-	// first budget that would go over. A budget's counter that the store
-	// does not hold (never used, or lost) is first seeded from the
-	// BudgetSeeder the implementation was built with.
-	Reserve(ctx context.Context, now time.Time, budgets []Budget, amounts []int64, r *Reservation) (refused int, err error)
-	// Settle replaces each reserved amount with the actual one (actual[i]
-	// for budgets[i] of the reservation; a smaller amount gives the
-	// difference back). Settling a reservation twice is a no-op.
-	Settle(ctx context.Context, r *Reservation, actual []int64) error
 	// Usage reads budgets without changing them: out[i] for budgets[i].
 	Usage(ctx context.Context, now time.Time, budgets []Budget, out []BudgetState) error
 
-	// Admit is Hit, Acquire and Reserve for one chat request in a single
-	// step (one round trip to a remote store), atomically, in that order:
+	// Admit admits one request in a single step (one round trip to a
+	// remote store), atomically, checking in this order:
 	//   - when a window is full, nothing changes: Refused is AdmitWindow;
 	//   - otherwise the request counts in every window; then when the
 	//     lease's slots are all held, Refused is AdmitConcurrency;
-	//   - otherwise when a budget would go over its cap, no slot is taken
-	//     and nothing is reserved: Refused is AdmitBudget and Budget is the
-	//     index of the first such budget;
-	//   - otherwise the slot is held (Lease) and r records the reservation.
+	//   - otherwise when adding Amounts[i] to Budgets[i] would take a
+	//     budget over its cap (used + amount > Cap; a Cap below 0 never
+	//     refuses), no slot is taken and nothing is reserved: Refused is
+	//     AdmitBudget and Budget is the index of the first such budget;
+	//   - otherwise the slot is held (Lease) and every amount is added,
+	//     recorded in r for Finish.
 	// a.WindowOut receives the windows' states after the call in every
 	// case. An empty LeaseKey skips the lease, no budgets skip the
-	// reservation. Budget counters the store lacks are seeded first, before
-	// anything changes.
+	// reservation. A budget counter the store does not hold (never used,
+	// or lost) is first seeded from the BudgetSeeder the store was built
+	// with, before anything changes. A lease is held until Finish gives it
+	// back; a process that dies holding one loses it within LeaseTTL.
 	Admit(ctx context.Context, now time.Time, a *Admission, r *Reservation) (AdmitResult, error)
-	// Finish settles r to actual (as Settle) and releases lease (as
-	// Release) in a single step; either may be empty.
+	// Finish replaces each amount r reserved with the actual one (actual[i]
+	// for r.Budgets[i]; a smaller amount gives the difference back) and
+	// gives lease back, in a single step; either may be empty. Finishing a
+	// reservation or a lease twice is harmless: the second time settles
+	// and frees nothing.
 	Finish(ctx context.Context, lease Lease, r *Reservation, actual []int64) error
 }
 
@@ -230,8 +215,8 @@ func BurstSlotStart(t time.Time) time.Time {
 // MaxReservation is the most budgets one request is admitted against.
 const MaxReservation = 6
 
-// Reservation is what Reserve added, for Settle to correct. The zero value is
-// an empty reservation; Settle on it does nothing.
+// Reservation is what Admit added, for Finish to correct. The zero value is
+// an empty reservation; Finish settles nothing of it.
 type Reservation struct {
 	N       int
 	Budgets [MaxReservation]Budget
@@ -243,7 +228,7 @@ type Reservation struct {
 }
 
 // MarkSettled records that the reservation was settled and reports whether it
-// already was. Implementations call it first in Settle.
+// already was. Implementations call it first in Finish.
 func (r *Reservation) MarkSettled() (already bool) {
 	already = r.settled
 	r.settled = true

@@ -1,13 +1,13 @@
-package hotpath
+package meter
 
 // MemoryCounters keeps every counter in the process: the single-process
 // default, and the reference the Redis store is held to by the contract
-// suite in hotpath/countertest.
+// suite in hotpath/meter/metertest.
 //
 // State lives in 64 shards, each a mutex over four maps (windows, lease
 // sets, held leases, budgets); a key's shard is a hash of its name. A call
 // touching several counters (a Hit on the key's and the organization's
-// window, a Reserve over up to six budgets, an Admit over windows, a lease
+// window, an Admit over windows, a lease
 // and budgets, a Finish) locks every shard involved in ascending order,
 // checks all, then changes all: atomic, and free of lock order deadlocks. Entries are created on first use with the key cloned, so
 // a steady state allocates nothing.
@@ -29,7 +29,7 @@ package hotpath
 // a waiter then seeds the counter itself.
 //
 // Leases never expire here: a lease is live while its process is, and the
-// process is this one. A lease the caller never releases holds its slot
+// process is this one. A lease the caller never finishes holds its slot
 // until the process exits, exactly as the Redis store's renewer keeps it.
 
 import (
@@ -52,7 +52,7 @@ const (
 	// memLeaseIdle is how long an empty lease set is kept for reuse.
 	memLeaseIdle = time.Minute
 	// MonthCounterKeep is how long after its month began a month counter
-	// is kept: past the month's end, so that a Settle arriving after the
+	// is kept: past the month's end, so that a Finish arriving after the
 	// rollover still corrects it.
 	MonthCounterKeep = 40 * 24 * time.Hour
 	// LifetimeCounterIdle is how long a lifetime counter nobody uses is
@@ -102,7 +102,7 @@ type memWindow struct {
 type memLeaseSet struct {
 	key     string
 	held    int64
-	touched int64 // Unix ms of the last Acquire
+	touched int64 // Unix ms of the last Admit that used it
 }
 
 type budgetKey struct {
@@ -327,22 +327,6 @@ func (m *MemoryCounters) PeekWindows(_ context.Context, now time.Time, ws []Wind
 	return nil
 }
 
-// Acquire implements Counters. A limit of 0 or less admits nobody.
-func (m *MemoryCounters) Acquire(_ context.Context, now time.Time, key string, limit int64) (Lease, bool, error) {
-	nowMs := now.UnixMilli()
-	sh := &m.shards[m.shardOf(key)]
-	sh.mu.Lock()
-	sh.maybeSweep(nowMs)
-	s := sh.leaseSet(key, nowMs)
-	if s.held >= limit {
-		sh.mu.Unlock()
-		return Lease{}, false, nil
-	}
-	l := sh.take(s, &m.leaseSeq)
-	sh.mu.Unlock()
-	return l, true, nil
-}
-
 // leaseSet returns key's lease set, creating it, and marks it used at
 // nowMs; the caller holds sh.
 func (sh *memShard) leaseSet(key string, nowMs int64) *memLeaseSet {
@@ -416,32 +400,6 @@ func parseLeaseID(s string) (v uint64, ok bool) {
 	return v, true
 }
 
-// Release implements Counters.
-func (m *MemoryCounters) Release(_ context.Context, lease Lease) error {
-	id, ok := parseLeaseID(lease.ID)
-	if !ok {
-		return nil
-	}
-	sh := &m.shards[m.shardOf(lease.Key)]
-	sh.mu.Lock()
-	sh.release(id, lease.Key)
-	sh.mu.Unlock()
-	return nil
-}
-
-// InFlight implements Counters.
-func (m *MemoryCounters) InFlight(_ context.Context, now time.Time, key string) (int64, error) {
-	sh := &m.shards[m.shardOf(key)]
-	sh.mu.Lock()
-	sh.maybeSweep(now.UnixMilli())
-	var n int64
-	if s := sh.leases[key]; s != nil {
-		n = s.held
-	}
-	sh.mu.Unlock()
-	return n, nil
-}
-
 // BurstWindowStart returns the start of the oldest burst slot inside the
 // trailing window at now: the window is the BurstSlots slots ending with
 // the one holding now, so usage leaves it BurstWindow after the start of
@@ -467,8 +425,8 @@ func SeedSpan(k BudgetKind, now time.Time) (from time.Time, slot time.Duration) 
 	return from, NextMonth(now).Sub(from)
 }
 
-// CheckReserve validates a Reserve's arguments.
-func CheckReserve(budgets []Budget, amounts []int64) error {
+// CheckAmounts validates the budgets and amounts an Admit reserves.
+func CheckAmounts(budgets []Budget, amounts []int64) error {
 	if len(budgets) != len(amounts) {
 		return fmt.Errorf("cannot reserve budgets: %d budgets and %d amounts", len(budgets), len(amounts))
 	}
@@ -497,8 +455,8 @@ func CheckBudget(b *Budget) error {
 	return nil
 }
 
-// CheckSettle validates a Settle's actual amounts against r.
-func CheckSettle(r *Reservation, actual []int64) error {
+// CheckFinish validates the actual amounts a Finish settles r to.
+func CheckFinish(r *Reservation, actual []int64) error {
 	if len(actual) < r.N {
 		return fmt.Errorf("cannot settle reservation: %d budgets but %d amounts", r.N, len(actual))
 	}
@@ -691,36 +649,6 @@ func (e *memBudget) usedAt(k BudgetKind, c *budgetClock) int64 {
 	return used
 }
 
-// Reserve implements Counters.
-func (m *MemoryCounters) Reserve(ctx context.Context, now time.Time, budgets []Budget, amounts []int64, r *Reservation) (int, error) {
-	*r = Reservation{}
-	if err := CheckReserve(budgets, amounts); err != nil {
-		return -1, err
-	}
-	c := newBudgetClock(now)
-	var es [MaxReservation]*memBudget
-	for attempt := 0; ; attempt++ {
-		var ls lockSet
-		if err := m.budgetsOf(ctx, &c, budgets, &es, &ls); err != nil {
-			return -1, err
-		}
-		m.lock(&ls, 0)
-		if anyDead(es[:len(budgets)]) {
-			m.unlock(&ls)
-			if err := tooManyExpiries(attempt); err != nil {
-				return -1, err
-			}
-			continue
-		}
-		refused := overCap(&c, budgets, amounts, &es)
-		if refused < 0 {
-			reserveLocked(&c, budgets, amounts, &es, r)
-		}
-		m.unlock(&ls)
-		return refused, nil
-	}
-}
-
 // budgetsOf fills es with the counters of budgets at c, seeding those the
 // store lacks, and adds their shards to ls. It locks nothing on return.
 func (m *MemoryCounters) budgetsOf(ctx context.Context, c *budgetClock, budgets []Budget, es *[MaxReservation]*memBudget, ls *lockSet) error {
@@ -802,23 +730,6 @@ func (e *memBudget) add(k BudgetKind, c *budgetClock, amount int64) int64 {
 	}
 	e.used = satAdd(e.used, amount)
 	return c.month
-}
-
-// Settle implements Counters. A counter dropped since the reservation (its
-// month long over, its burst slot out of the window) is left alone.
-func (m *MemoryCounters) Settle(_ context.Context, r *Reservation, actual []int64) error {
-	if err := CheckSettle(r, actual); err != nil {
-		return err
-	}
-	if r.MarkSettled() {
-		return nil
-	}
-	var ls lockSet
-	m.settleShards(r, actual, &ls)
-	m.lock(&ls, 0)
-	m.settleLocked(r, actual)
-	m.unlock(&ls)
-	return nil
 }
 
 // settleShards adds to ls the shards of the counters settling r to actual
@@ -906,7 +817,7 @@ func (m *MemoryCounters) Admit(ctx context.Context, now time.Time, a *Admission,
 	if err := CheckWindows(a.Windows, a.WindowOut); err != nil {
 		return AdmitResult{}, err
 	}
-	if err := CheckReserve(a.Budgets, a.Amounts); err != nil {
+	if err := CheckAmounts(a.Budgets, a.Amounts); err != nil {
 		return AdmitResult{}, err
 	}
 	c := newBudgetClock(now)
@@ -965,7 +876,7 @@ func (m *MemoryCounters) admitLocked(c *budgetClock, a *Admission, es *[MaxReser
 // one set of shard locks. A caller error (actual not matching r) changes
 // nothing, the lease included.
 func (m *MemoryCounters) Finish(_ context.Context, lease Lease, r *Reservation, actual []int64) error {
-	if err := CheckSettle(r, actual); err != nil {
+	if err := CheckFinish(r, actual); err != nil {
 		return err
 	}
 	settle := !r.MarkSettled()

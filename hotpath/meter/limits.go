@@ -1,4 +1,4 @@
-package hotpath
+package meter
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
 )
 
 // Plan is a subscription plan: what an organization's keys may do per
@@ -32,7 +33,8 @@ type Plan struct {
 	// in weighted tokens: a calendar-month cap and a trailing 12-hour cap.
 	PoolMonthly int64
 	PoolBurst   int64
-	// MiraMonthlyRequests caps requests served by the mira tier in a
+	// MiraMonthlyRequests caps requests served by the request-capped tiers
+	// (Tier.RequestCapped: mira by default) in a
 	// calendar month (subscription bucket).
 	MiraMonthlyRequests int64
 	// LowPercent is the share of a pool left at which it is reported low
@@ -70,38 +72,6 @@ func DefaultPlan() Plan {
 		MaxConcurrent: 32, PoolMonthly: 100_000_000, PoolBurst: 10_000_000, MiraMonthlyRequests: 20_000, LowPercent: 20}
 }
 
-// DefaultPoolWeight is a tier's weight in the token pools when configuration
-// gives none: one weighted token per token on mira, two on vaani, four on
-// kavi.
-func DefaultPoolWeight(tier string) int64 {
-	switch tier {
-	case "kavi":
-		return 4
-	case "vaani":
-		return 2
-	}
-	return 1
-}
-
-// RateBucket selects which per-minute window a route counts in.
-type RateBucket uint8
-
-// The buckets.
-const (
-	// RateRequests is the request window every metered route shares.
-	RateRequests RateBucket = iota
-	// RateTokenCount is token counting's own window.
-	RateTokenCount
-	// RateNone marks a route that is not metered.
-	RateNone
-	// RatePeek checks the request window without counting in it: a full
-	// window refuses, but the route itself opens and uses nothing.
-	RatePeek
-	// RateByHandler routes count in the request window themselves, in the
-	// same step as the rest of their admission (chat: AdmitChat).
-	RateByHandler
-)
-
 // RateWindow is the per-minute window length.
 const RateWindow = time.Minute
 
@@ -110,18 +80,20 @@ const RateWindow = time.Minute
 // is also what GET /api/v1/limits reads, so the numbers shown are the
 // numbers enforced.
 type Limits struct {
-	c       Counters
-	plans   map[string]*Plan
-	def     *Plan
-	weights map[string]int64
+	c     Counters
+	plans map[string]*Plan
+	def   *Plan
+	// pooled are the tiers that draw on the token pools, capped those
+	// whose requests count against the plan's monthly request allowance.
+	pooled, capped []string
 
 	// Unmetered counts requests served without a check because the store
 	// could not be reached.
 	Unmetered atomic.Uint64
 	// Log receives a line when requests start running unmetered; nil logs
 	// nothing.
-	Log              *slog.Logger
-	lastUnmeteredLog atomic.Int64
+	Log          *slog.Logger
+	unmeteredLog hotpath.LogLimiter
 	// AsyncFinish settles and releases after the request's answer, off its
 	// path: with a remote store a request then waits on one round trip,
 	// its admission. Wait waits for the settlements under way.
@@ -143,41 +115,59 @@ type poolsSeen struct {
 // again.
 const poolsFresh = time.Second
 
-// NewLimits builds the limiter. plans must hold defaultPlan; weights gives
-// each tier's pool weight (missing tiers use DefaultPoolWeight).
-func NewLimits(c Counters, plans []Plan, defaultPlan string, weights map[string]int64) (*Limits, error) {
-	l := &Limits{c: c, plans: make(map[string]*Plan, len(plans)), weights: weights, pools: map[string]poolsSeen{}}
-	for i := range plans {
-		p := plans[i]
+// LimitsConfig is what the limiter enforces, and where it counts.
+type LimitsConfig struct {
+	Counters Counters
+	// Plans must hold DefaultPlan, the plan of an organization that names
+	// none (or one that is not defined).
+	Plans       []Plan
+	DefaultPlan string
+	// Tiers say how each tier meters (Tier.PoolWeight and
+	// Tier.RequestCapped); requests name the tier they are charged on.
+	Tiers []hotpath.Tier
+}
+
+// NewLimits builds the limiter.
+func NewLimits(cfg LimitsConfig) (*Limits, error) {
+	l := &Limits{c: cfg.Counters, plans: make(map[string]*Plan, len(cfg.Plans)), pools: map[string]poolsSeen{}}
+	for i := range cfg.Plans {
+		p := cfg.Plans[i]
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("plan %s: %w", p.Name, err)
 		}
 		l.plans[p.Name] = &p
 	}
-	l.def = l.plans[defaultPlan]
+	l.def = l.plans[cfg.DefaultPlan]
 	if l.def == nil {
-		return nil, fmt.Errorf("default plan %q is not defined", defaultPlan)
+		return nil, fmt.Errorf("default plan %q is not defined", cfg.DefaultPlan)
+	}
+	for i := range cfg.Tiers {
+		if t := &cfg.Tiers[i]; t.RequestCapped {
+			l.capped = append(l.capped, t.Name)
+		} else {
+			l.pooled = append(l.pooled, t.Name)
+		}
 	}
 	return l, nil
 }
+
+// PooledTiers are the tiers that draw on the token pools: blocked when a
+// pool is spent.
+func (l *Limits) PooledTiers() []string { return l.pooled }
+
+// RequestCappedTiers are the tiers whose requests count against the plan's
+// monthly request allowance: blocked when it is spent.
+func (l *Limits) RequestCappedTiers() []string { return l.capped }
 
 // Counters returns the store.
 func (l *Limits) Counters() Counters { return l.c }
 
 // PlanOf returns the key's plan.
-func (l *Limits) PlanOf(p *Principal) *Plan {
-	if pl, ok := l.plans[p.Plan]; ok {
+func (l *Limits) PlanOf(p *hotpath.Principal) *Plan {
+	if pl, ok := l.plans[p.PlanName]; ok {
 		return pl
 	}
 	return l.def
-}
-
-// Weight is the tier's pool weight.
-func (l *Limits) Weight(tier string) int64 {
-	if w, ok := l.weights[tier]; ok {
-		return w
-	}
-	return DefaultPoolWeight(tier)
 }
 
 // RateState is what the rate-limit headers show: the tighter of the key's
@@ -188,14 +178,14 @@ type RateState struct {
 	ResetAt   int64 // Unix seconds; 0 before the window opened
 }
 
-func (l *Limits) windows(p *Principal, b RateBucket, ws *[2]Window) []Window {
-	pl, k := l.PlanOf(p), p.keys()
-	if b == RateTokenCount {
-		ws[0] = Window{Key: k.tokens, Limit: pl.TokenCountsPerMinute, Length: RateWindow}
+func (l *Limits) windows(p *hotpath.Principal, b hotpath.RateBucket, ws *[2]Window) []Window {
+	pl, k := l.PlanOf(p), p.CounterKeys()
+	if b == hotpath.RateTokenCount {
+		ws[0] = Window{Key: k.Tokens, Limit: pl.TokenCountsPerMinute, Length: RateWindow}
 		return ws[:1]
 	}
-	ws[0] = Window{Key: k.key, Limit: pl.RequestsPerMinute, Length: RateWindow}
-	ws[1] = Window{Key: k.org, Limit: pl.OrgRequestsPerMinute, Length: RateWindow}
+	ws[0] = Window{Key: k.Key, Limit: pl.RequestsPerMinute, Length: RateWindow}
+	ws[1] = Window{Key: k.Org, Limit: pl.OrgRequestsPerMinute, Length: RateWindow}
 	return ws[:2]
 }
 
@@ -213,13 +203,13 @@ func tighter(out []WindowState) RateState {
 // returns metered false when the store failed (the request is then served
 // unmetered and counted in Unmetered), and otherwise the headers' state and,
 // when a window is full, the 429 to answer.
-func (l *Limits) Hit(ctx context.Context, now time.Time, p *Principal, b RateBucket) (st RateState, metered bool, refusal *codec.Error) {
+func (l *Limits) Hit(ctx context.Context, now time.Time, p *hotpath.Principal, b hotpath.RateBucket) (st RateState, metered bool, refusal *codec.Error) {
 	var ws [2]Window
 	var out [2]WindowState
 	w := l.windows(p, b, &ws)
 	var allowed bool
 	var err error
-	if b == RatePeek {
+	if b == hotpath.RatePeek {
 		if err = l.c.PeekWindows(ctx, now, w, out[:len(w)]); err == nil {
 			allowed = out[0].Remaining > 0 && out[1].Remaining > 0
 		}
@@ -251,26 +241,24 @@ func (l *Limits) windowRefusal(now time.Time, out []WindowState, st RateState) *
 		Detail:  codec.Detail{RetryAfter: retryAfter(now, reset), ResetAt: reset}}
 }
 
-// unmeteredLogEvery spaces the log lines saying requests run unmetered.
-const unmeteredLogEvery = 10 * time.Second
-
 // unmetered counts a request served without its limits because the store
-// failed, and says so in the log at most every unmeteredLogEvery.
+// failed, and says so in the log at most every hotpath.DefaultLogEvery.
 func (l *Limits) unmetered(err error) {
 	l.Unmetered.Add(1)
-	now := time.Now().UnixNano()
-	last := l.lastUnmeteredLog.Load()
-	if l.Log != nil && now-last >= int64(unmeteredLogEvery) && l.lastUnmeteredLog.CompareAndSwap(last, now) {
+	if l.Log == nil {
+		return
+	}
+	if ok, _ := l.unmeteredLog.Allow(); ok {
 		l.Log.Warn("counter store unreachable; serving requests unmetered", "err", err,
 			"unmetered_total", l.Unmetered.Load())
 	}
 }
 
 // PeekWindows reads the key's and the organization's request windows.
-func (l *Limits) PeekWindows(ctx context.Context, now time.Time, p *Principal) (key, org WindowState, err error) {
+func (l *Limits) PeekWindows(ctx context.Context, now time.Time, p *hotpath.Principal) (key, org WindowState, err error) {
 	var ws [2]Window
 	var out [2]WindowState
-	w := l.windows(p, RateRequests, &ws)
+	w := l.windows(p, hotpath.RateRequests, &ws)
 	if err := l.c.PeekWindows(ctx, now, w, out[:]); err != nil {
 		return key, org, err
 	}
@@ -329,13 +317,13 @@ type Charge struct {
 	Amounts [MaxReservation]int64
 	N       int
 	Res     Reservation
-	// weightIdx and miraIdx locate the pool budgets for settling.
-	costIdx  [3]int8 // key spend, workspace spend, credits; -1 when absent
-	poolIdx  [2]int8 // monthly, burst
-	miraIdx  int8
-	weight   int64
-	lease    Lease
-	admitted bool
+	// costIdx, poolIdx and requestIdx locate the budgets for settling.
+	costIdx    [3]int8 // key spend, workspace spend, credits; -1 when absent
+	poolIdx    [2]int8 // monthly, burst
+	requestIdx int8    // the monthly request allowance
+	weight     int64   // the tier's pool weight, 0 when the pools are not drawn on
+	lease      Lease
+	admitted   bool
 }
 
 func (ch *Charge) add(b Budget, amount int64) int8 {
@@ -345,32 +333,31 @@ func (ch *Charge) add(b Budget, amount int64) int8 {
 }
 
 // Subscription reports whether the key draws on the token pools.
-func Subscription(p *Principal) bool { return p.Kind == KindSignedIn }
+func Subscription(p *hotpath.Principal) bool { return p.Kind == hotpath.KindSignedIn }
 
-// picoPerMicro converts micro-USD caps to the pico-USD counters.
-const picoPerMicro = 1_000_000
-
-// PlanCharge fills ch with the budgets p's request on tier must fit in,
-// costed at most maxCostPico (its input bound plus max_tokens at the tier's
-// prices) and maxTokens tokens of both directions.
-func (l *Limits) PlanCharge(ch *Charge, p *Principal, tier string, maxCostPico, maxTokens int64) {
-	*ch = Charge{costIdx: [3]int8{-1, -1, -1}, poolIdx: [2]int8{-1, -1}, miraIdx: -1}
+// FillCharge fills ch with the budgets p's request on tier must fit in,
+// each at the most the request can use: input tokens (an upper bound on the
+// prompt) and up to maxOutput tokens of reply, at the tier's prices and
+// pool weight.
+func (l *Limits) FillCharge(ch *Charge, p *hotpath.Principal, tier *hotpath.Tier, input, maxOutput int64) {
+	*ch = Charge{costIdx: [3]int8{-1, -1, -1}, poolIdx: [2]int8{-1, -1}, requestIdx: -1}
+	maxCostPico := Cost(&tier.Prices, input, 0, maxOutput)
 	if p.SpendCapMicros >= 0 {
-		ch.costIdx[0] = ch.add(Budget{Kind: BudgetKeySpend, Subject: p.KeyID, Cap: p.SpendCapMicros * picoPerMicro}, maxCostPico)
+		ch.costIdx[0] = ch.add(Budget{Kind: BudgetKeySpend, Subject: p.KeyID, Cap: PicoUSD(p.SpendCapMicros)}, maxCostPico)
 	}
 	if p.WorkspaceID != "" && p.WorkspaceCapMicros >= 0 {
-		ch.costIdx[1] = ch.add(Budget{Kind: BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: p.WorkspaceCapMicros * picoPerMicro}, maxCostPico)
+		ch.costIdx[1] = ch.add(Budget{Kind: BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: PicoUSD(p.WorkspaceCapMicros)}, maxCostPico)
 	}
-	if p.Kind == KindHeadless {
-		ch.costIdx[2] = ch.add(Budget{Kind: BudgetCredits, Subject: p.KeyID, Cap: p.CreditsCapMicros() * picoPerMicro}, maxCostPico)
+	if p.Kind == hotpath.KindHeadless {
+		ch.costIdx[2] = ch.add(Budget{Kind: BudgetCredits, Subject: p.KeyID, Cap: PicoUSD(p.CreditsCapMicros())}, maxCostPico)
 	}
 	if Subscription(p) {
 		pl := l.PlanOf(p)
-		if tier == "mira" {
-			ch.miraIdx = ch.add(Budget{Kind: BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests}, 1)
+		if tier.RequestCapped {
+			ch.requestIdx = ch.add(Budget{Kind: BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests}, 1)
 		} else {
-			ch.weight = l.Weight(tier)
-			w := ch.weight * maxTokens
+			ch.weight = tier.PoolWeight
+			w := ch.weight * (input + maxOutput)
 			ch.poolIdx[0] = ch.add(Budget{Kind: BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly}, w)
 			ch.poolIdx[1] = ch.add(Budget{Kind: BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst}, w)
 		}
@@ -379,7 +366,7 @@ func (l *Limits) PlanCharge(ch *Charge, p *Principal, tier string, maxCostPico, 
 
 // refusal is the 429 for a spent budget: its code, reset_at and a
 // Retry-After counting down to it.
-func (l *Limits) refusal(ctx context.Context, now time.Time, b *Budget, p *Principal) *codec.Error {
+func (l *Limits) refusal(ctx context.Context, now time.Time, b *Budget, p *hotpath.Principal) *codec.Error {
 	reset := l.resetAt(ctx, now, b)
 	e := &codec.Error{Detail: codec.Detail{ResetAt: reset, RetryAfter: retryAfter(now, reset)}}
 	switch b.Kind {
@@ -399,7 +386,7 @@ func (l *Limits) refusal(ctx context.Context, now time.Time, b *Budget, p *Princ
 		e.Code = codec.CodeBudgetExhausted
 		e.Message = "The plan's " + budgetLabel(b.Kind) + " is spent for this period."
 		e.Detail.MiraAvailable = -1
-		if b.Kind != BudgetMiraRequests && p.AllowsModel("mira") && l.miraLeft(ctx, now, p) {
+		if b.Kind != BudgetMiraRequests && l.requestsLeft(ctx, now, p) {
 			e.Detail.MiraAvailable = 1
 		}
 	}
@@ -430,7 +417,16 @@ func (l *Limits) resetAt(ctx context.Context, now time.Time, b *Budget) int64 {
 	return st[0].ResetAt
 }
 
-func (l *Limits) miraLeft(ctx context.Context, now time.Time, p *Principal) bool {
+// requestsLeft reports whether p may still use a request-capped tier: the
+// key allows one and the plan's monthly request allowance is not spent.
+func (l *Limits) requestsLeft(ctx context.Context, now time.Time, p *hotpath.Principal) bool {
+	allowed := false
+	for _, name := range l.capped {
+		allowed = allowed || p.AllowsModel(name)
+	}
+	if !allowed {
+		return false
+	}
 	pl := l.PlanOf(p)
 	var st [1]BudgetState
 	b := Budget{Kind: BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests}
@@ -445,7 +441,7 @@ const maxPoolsSeen = 100_000
 
 // PoolsLow reports whether either token pool of a subscription key is low or
 // blocked: auto is then routed to mira. A store failure reports false.
-func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *Principal) bool {
+func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *hotpath.Principal) bool {
 	if !Subscription(p) {
 		return false
 	}
@@ -475,14 +471,14 @@ func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *Principal) bool
 // AdmitChat admits one chat request in a single step: it counts in the
 // key's and the organization's request windows, takes one of the key's
 // concurrency slots and reserves its largest possible cost (maxCostPico,
-// maxTokens, computed by PlanCharge into ch) against every budget. It returns
+// maxTokens, computed by FillCharge into ch) against every budget. It returns
 // the rate-limit headers' state, whether the request was metered (false when
 // the store failed: it is then served unmetered), and the refusal to answer.
-func (l *Limits) AdmitChat(ctx context.Context, now time.Time, p *Principal, ch *Charge) (st RateState, metered bool, refusal *codec.Error) {
+func (l *Limits) AdmitChat(ctx context.Context, now time.Time, p *hotpath.Principal, ch *Charge) (st RateState, metered bool, refusal *codec.Error) {
 	var ws [2]Window
 	var out [2]WindowState
-	a := Admission{Windows: l.windows(p, RateRequests, &ws), WindowOut: out[:],
-		LeaseKey: p.keys().lease, LeaseLimit: l.PlanOf(p).MaxConcurrent,
+	a := Admission{Windows: l.windows(p, hotpath.RateRequests, &ws), WindowOut: out[:],
+		LeaseKey: p.CounterKeys().Lease, LeaseLimit: l.PlanOf(p).MaxConcurrent,
 		Budgets: ch.Budgets[:ch.N], Amounts: ch.Amounts[:ch.N]}
 	res, err := l.c.Admit(ctx, now, &a, &ch.Res)
 	if err != nil {
@@ -523,8 +519,8 @@ func (l *Limits) FinishChat(ch *Charge, billed bool, costPico, tokens int64) {
 				actual[i] = ch.weight * tokens
 			}
 		}
-		if ch.miraIdx >= 0 {
-			actual[ch.miraIdx] = 1
+		if ch.requestIdx >= 0 {
+			actual[ch.requestIdx] = 1
 		}
 	}
 	if l.AsyncFinish {
@@ -547,16 +543,6 @@ func (l *Limits) finish(lease Lease, r *Reservation, actual []int64) {
 // app calls it at shutdown, before it closes the store.
 func (l *Limits) Wait() { l.finishing.Wait() }
 
-// Weighted is the weighted-token count of a request on tier for a
-// subscription key; 0 for other keys and for mira.
-func (l *Limits) Weighted(p *Principal, tier string, tokens int64) int64 {
-	if !Subscription(p) || tier == "mira" {
-		return 0
-	}
-	return l.Weight(tier) * tokens
-}
-
-// FormatUSD renders pico-USD as an exact decimal USD string.
-func FormatUSD(pico int64) string {
-	return string(codec.AppendDecimal(nil, pico, 12))
-}
+// Weighted is the weighted-token count of tokens served under ch: what the
+// request drew from the token pools, 0 when it drew on none.
+func (ch *Charge) Weighted(tokens int64) int64 { return ch.weight * tokens }

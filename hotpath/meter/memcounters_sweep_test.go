@@ -1,4 +1,4 @@
-package hotpath
+package meter
 
 import (
 	"context"
@@ -36,26 +36,20 @@ func TestMemoryCountersDropWhatEnded(t *testing.T) {
 	for i := range 200 {
 		_, err := m.Hit(ctx, t0, []Window{{Key: fmt.Sprintf("rl:key:%d", i), Limit: 5, Length: time.Minute}}, out)
 		require.NoError(t, err)
-		l, ok, err := m.Acquire(ctx, t0, fmt.Sprintf("cc:%d", i), 1)
-		require.NoError(t, err)
-		require.True(t, ok)
-		require.NoError(t, m.Release(ctx, l))
+		l := admitOK(t, m, t0, &Admission{LeaseKey: fmt.Sprintf("cc:%d", i), LeaseLimit: 1}, new(Reservation))
+		require.NoError(t, m.Finish(ctx, l, new(Reservation), nil))
 		subject := fmt.Sprintf("s%d", i)
 		var r Reservation
-		refused, err := m.Reserve(ctx, t0, []Budget{
+		admitOK(t, m, t0, &Admission{Budgets: []Budget{
 			{Kind: BudgetKeySpend, Subject: subject, Cap: -1},
 			{Kind: BudgetCredits, Subject: subject, Cap: -1},
 			{Kind: BudgetPoolBurst, Subject: subject, Cap: -1},
-		}, []int64{1, 1, 1}, &r)
-		require.NoError(t, err)
-		require.Equal(t, -1, refused)
+		}, Amounts: []int64{1, 1, 1}}, &r)
 		if i == 0 {
 			open = r
 		}
 	}
-	held, ok, err := m.Acquire(ctx, t0, "cc:held", 1)
-	require.NoError(t, err)
-	require.True(t, ok)
+	held := admitOK(t, m, t0, &Admission{LeaseKey: "cc:held", LeaseLimit: 1}, new(Reservation))
 
 	w, l, b := m.entries(t0.Add(30 * time.Second))
 	require.Equal(t, []int{200, 200 + 1 + 1, 600}, []int{w, l, b}, "nothing has ended yet")
@@ -67,7 +61,7 @@ func TestMemoryCountersDropWhatEnded(t *testing.T) {
 
 	_, _, b = m.entries(t0.Add(2 * time.Hour))
 	require.Equal(t, 600, b, "the old month is kept for late settlements")
-	require.NoError(t, m.Settle(ctx, &open, []int64{5, 5, 5}))
+	require.NoError(t, m.Finish(ctx, Lease{}, &open, []int64{5, 5, 5}))
 	st := make([]BudgetState, 1)
 	require.NoError(t, m.Usage(ctx, t0, []Budget{{Kind: BudgetKeySpend, Subject: "s0"}}, st))
 	require.Equal(t, int64(5), st[0].Used, "a settlement after the rollover corrects March")
@@ -79,9 +73,18 @@ func TestMemoryCountersDropWhatEnded(t *testing.T) {
 	_, l, b = m.entries(t0.Add(LifetimeCounterIdle + time.Hour))
 	require.Zero(t, b, "idle lifetime counters go too")
 	require.Equal(t, 2, l)
-	require.NoError(t, m.Release(ctx, held))
+	require.NoError(t, m.Finish(ctx, held, new(Reservation), nil))
 	_, l, _ = m.entries(t0.Add(LifetimeCounterIdle + 2*time.Hour))
 	require.Zero(t, l)
+}
+
+// admitOK admits a and returns the slot it took.
+func admitOK(t *testing.T, m *MemoryCounters, now time.Time, a *Admission, r *Reservation) Lease {
+	t.Helper()
+	res, err := m.Admit(context.Background(), now, a, r)
+	require.NoError(t, err)
+	require.Equal(t, AdmitOK, res.Refused)
+	return res.Lease
 }
 
 type panickySeeder struct{ panics bool }
@@ -100,14 +103,15 @@ func TestMemoryCountersSeederPanic(t *testing.T) {
 	m := NewMemoryCounters(s)
 	b := []Budget{{Kind: BudgetKeySpend, Subject: "k", Cap: 10}}
 	now := time.Now()
-	require.Panics(t, func() { _, _ = m.Reserve(context.Background(), now, b, []int64{1}, new(Reservation)) })
+	a := func() *Admission { return &Admission{Budgets: b, Amounts: []int64{1}} }
+	require.Panics(t, func() { _, _ = m.Admit(context.Background(), now, a(), new(Reservation)) })
 	s.panics = false
 	var wg sync.WaitGroup
 	for range 10 {
 		wg.Go(func() {
-			refused, err := m.Reserve(context.Background(), now, b, []int64{1}, new(Reservation))
+			res, err := m.Admit(context.Background(), now, a(), new(Reservation))
 			assert.NoError(t, err)
-			assert.Equal(t, -1, refused)
+			assert.Equal(t, AdmitOK, res.Refused)
 		})
 	}
 	wg.Wait()
