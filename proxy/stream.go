@@ -48,10 +48,9 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 			// once the bytes it holds past this request (a pipelined
 			// request, or its start) are kept to hand back with the
 			// connection. A stream only writes.
-			if cap(t.out) < minScratch {
-				t.out = make([]byte, 0, minScratch)
-			}
-			conn, t.ahead = takeOver(conn, t.ahead[:0], t.out[:cap(t.out)])
+			scratch := scratchPool.Get().(*[scratchSize]byte)
+			conn, t.ahead = takeOver(conn, t.ahead[:0], scratch[:])
+			scratchPool.Put(scratch)
 			ch.watch.add(t, conn)
 			go t.open(conn, req, head, true)
 			return
@@ -60,9 +59,11 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 	})
 }
 
-// minScratch is the least buffer a stream reads its connection's buffered
-// bytes with; it is then the stream's frame buffer.
-const minScratch = 4096
+// scratchSize is the buffer a stream reads its connection's buffered bytes
+// with, shared through scratchPool: an open stream keeps none.
+const scratchSize = 4096
+
+var scratchPool = sync.Pool{New: func() any { return new([scratchSize]byte) }}
 
 // open calls the upstream and either answers the refusal or starts the
 // stream. owned says the stream owns conn (the server kept the connection
