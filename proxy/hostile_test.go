@@ -173,7 +173,7 @@ func TestHostileInput(t *testing.T) {
 				require.Equal(t, tc.code, env.Code, env.Error)
 				require.Contains(t, env.Error, tc.message)
 			}
-			require.Less(t, used, tc.cpu, "CPU for a %d-byte body", len(body))
+			require.Less(t, used, tc.cpu*cpuScale, "CPU for a %d-byte body", len(body))
 			allocated := after.TotalAlloc - before.TotalAlloc
 			require.Less(t, allocated, tc.alloc, "bytes allocated for a %d-byte body", len(body))
 			t.Logf("%d-byte body: %v CPU, %d KiB allocated", len(body), used, allocated>>10)

@@ -1,0 +1,6 @@
+//go:build !race
+
+package proxy
+
+// cpuScale stretches the CPU bounds of the hostile-input tests (race_on_test.go).
+const cpuScale = 1
