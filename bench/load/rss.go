@@ -93,6 +93,14 @@ func (s *rssSampler) loop() {
 		timer.Reset(time.Until(next))
 		select {
 		case <-s.quit:
+			select {
+			case <-s.cool:
+				// Told the load was over before being told to stop (both
+				// were ready): the cooldown's first sample is still taken.
+				after, end = true, time.Now()
+				continue
+			default:
+			}
 			return
 		case d := <-s.cool:
 			after, end, next = true, time.Now().Add(d), time.Now()
