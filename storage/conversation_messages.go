@@ -227,13 +227,16 @@ func appendLocked(ctx context.Context, tx pgx.Tx, conv *Conversation, n NewMessa
 	case active == nil:
 		active = leaf // the chain's leaf stays put while newer messages hang below it
 	}
-	row := tx.QueryRow(ctx, `update conversations c set
+	// One clock reading stamps both, so the deadline is exactly the
+	// retention after the activity.
+	row := tx.QueryRow(ctx, `with t as (select clock_timestamp() as ts)
+		update conversations c set
 			message_count = $2,
-			updated_at = clock_timestamp(),
-			retention_until = clock_timestamp() + $3::interval,
+			updated_at = t.ts,
+			retention_until = t.ts + $3::interval,
 			active_leaf_message_id = $4,
 			title = coalesce(c.title, $5)
-		where c.id = $1 returning `+convColumns, conv.ID, seq, ConversationRetention, active, title)
+		from t where c.id = $1 returning `+convColumns, conv.ID, seq, ConversationRetention, active, title)
 	updated, err := scanConversation(row, false)
 	if err != nil {
 		return nil, fmt.Errorf("cannot append message: %w", err)
