@@ -48,9 +48,7 @@ func TestParseProcStat(t *testing.T) {
 }
 
 func TestReadProcStatSelf(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("/proc is Linux's")
-	}
+	needProc(t)
 	s, err := ReadProcStat(os.Getpid())
 	require.NoError(t, err)
 	require.Equal(t, os.Getpid(), s.PID)
@@ -63,9 +61,7 @@ func TestReadProcStatSelf(t *testing.T) {
 // A process tree counts its descendants: a shell and the two sleeps it
 // started.
 func TestReadProcTree(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("/proc is Linux's")
-	}
+	needProc(t)
 	cmd := exec.Command("sh", "-c", "sleep 30 & sleep 30 & wait")
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -81,9 +77,7 @@ func TestReadProcTree(t *testing.T) {
 // A target with a process carries its CPU time over the measured window
 // and its memory at the end; one without carries none, not zeros.
 func TestCompareReportsCPU(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("/proc is Linux's")
-	}
+	needProc(t)
 	base := startSim(t)
 	sc := quick(t, Scenario{Concurrency: 4, Stream: true, ReplyTokens: 8, Duration: 800 * time.Millisecond,
 		Warmup: 100 * time.Millisecond})
@@ -132,9 +126,7 @@ func TestCompareReportsCPU(t *testing.T) {
 // The CPU window is the measured one: a run whose warm-up burns CPU in
 // the measured process, and whose window does not, reports (almost) none.
 func TestCPUWindowExcludesWarmup(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("/proc is Linux's")
-	}
+	needProc(t)
 	cmd := exec.Command("sh", "-c", "timeout 1 sh -c 'while :; do :; done'; sleep 30")
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -152,4 +144,17 @@ func TestCPUWindowExcludesWarmup(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, whole.CPU, 200*time.Millisecond, "the tree spun during the warm-up")
 	require.LessOrEqual(t, res.CPU[0].CPU, 50*time.Millisecond, "and the window did not count it")
+}
+
+// needProc stops a test that reads /proc where there is none. Under CI,
+// which runs on Linux, a missing /proc is a failure, never a skip.
+func needProc(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS == "linux" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("/proc is Linux's and CI runs on Linux; this is %s", runtime.GOOS)
+	}
+	t.Skip("/proc is Linux's")
 }
