@@ -5,21 +5,16 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath/cputest"
 )
 
 // cpuTime is the CPU time this process has used, user and system. A
 // request's cost is read from it, never from a wall clock.
-func cpuTime(t testing.TB) time.Duration {
-	var ru syscall.Rusage
-	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // hostileCase is one hostile request and what it must cost at most.
 type hostileCase struct {
 	name    string
@@ -161,9 +156,9 @@ func TestHostileInput(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			start := cpuTime(t)
+			start := cputest.Used(t)
 			r := f.post(t, "/api/v1/chat", body, tc.headers...)
-			used := cpuTime(t) - start
+			used := cputest.Used(t) - start
 			runtime.ReadMemStats(&after)
 			require.Equal(t, tc.status, r.status, "%.300s", r.body)
 			if tc.code != "" {

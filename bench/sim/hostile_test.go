@@ -4,18 +4,13 @@ import (
 	"encoding/json"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-func cpuTime(t *testing.T) time.Duration {
-	var ru syscall.Rusage
-	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+	"github.com/edgegw/gateway/hotpath/cputest"
+)
 
 // TestHostileSchemasBounded: no schema makes the in-process simulator build
 // a large instance or walk for long. Before the bounds, minLength 1e9 built
@@ -51,7 +46,7 @@ func TestHostileSchemasBounded(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			start := cpuTime(t)
+			start := cputest.Used(t)
 			args, err := toolArguments(json.RawMessage(tc.schema))
 			require.NoError(t, err)
 			rf := &responseFormat{Type: "json_schema"}
@@ -63,7 +58,7 @@ func TestHostileSchemasBounded(t *testing.T) {
 			require.NoError(t, err)
 			invalid, err := jsonContent(rf, true, 1)
 			require.NoError(t, err)
-			used := cpuTime(t) - start
+			used := cputest.Used(t) - start
 			runtime.ReadMemStats(&after)
 			for _, out := range []string{args, valid, invalid} {
 				require.LessOrEqual(t, len(out), maxSchemaOutput+maxSchemaString+maxSchemaDepth*maxSchemaItems*8, "instance size")
@@ -90,8 +85,8 @@ func TestDirectiveBounds(t *testing.T) {
 func TestPromptOverWindowRefused(t *testing.T) {
 	h := newHarness(t, Config{})
 	word := strings.Repeat("a", 4<<20)
-	start := cpuTime(t)
+	start := cputest.Used(t)
 	v, _ := h.postJSON("/v1/chat/completions", chat(word), 400)
 	require.Equal(t, "context_length_exceeded", dig(t, v, "error.code"))
-	require.Less(t, cpuTime(t)-start, 3*time.Second)
+	require.Less(t, cputest.Used(t)-start, 3*time.Second)
 }

@@ -2,19 +2,13 @@ package tokens
 
 import (
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// cpuTime is the CPU time this process has used, user and system.
-func cpuTime(t *testing.T) time.Duration {
-	var ru syscall.Rusage
-	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+	"github.com/edgegw/gateway/hotpath/cputest"
+)
 
 func TestCutAt(t *testing.T) {
 	f := func(text string, want int) {
@@ -56,9 +50,9 @@ func TestCountSegmentsExact(t *testing.T) {
 func TestCountLongRunLinear(t *testing.T) {
 	Count(" ") // load the encoding outside the measurement
 	word := strings.Repeat("a", 1<<20)
-	start := cpuTime(t)
+	start := cputest.Used(t)
 	n := Count(word)
-	used := cpuTime(t) - start
+	used := cputest.Used(t) - start
 	require.Greater(t, n, 0)
 	require.Less(t, used, 3*time.Second*cpuScale, "1 MiB unbroken run")
 	require.Equal(t, n, len(Split(word)))
@@ -67,9 +61,9 @@ func TestCountLongRunLinear(t *testing.T) {
 func TestCountLimitStops(t *testing.T) {
 	text := string(AppendWords(nil, 3, 200_000))
 	Count(" ")
-	start := cpuTime(t)
+	start := cputest.Used(t)
 	n := CountLimit(text, 1000)
-	used := cpuTime(t) - start
+	used := cputest.Used(t) - start
 	require.Greater(t, n, 1000)
 	require.Less(t, used, 200*time.Millisecond*cpuScale)
 	// A run the encoder-free bound cannot settle is counted only a little
