@@ -25,9 +25,9 @@ const departureEvery = 400 * time.Millisecond
 type departures struct {
 	mu      sync.Mutex
 	streams map[*turn]syscall.RawConn
-	scratch []watched
 	stop    chan struct{}
-	once    sync.Once
+	start   sync.Once // the watcher starts with the first stream
+	end     sync.Once
 }
 
 type watched struct {
@@ -53,7 +53,7 @@ func (d *departures) add(t *turn, c net.Conn) {
 	d.mu.Lock()
 	d.streams[t] = rc
 	d.mu.Unlock()
-	d.once.Do(func() { go d.run() })
+	d.start.Do(func() { go d.run() })
 }
 
 // remove stops watching t. After it returns the watcher never touches t.
@@ -63,35 +63,31 @@ func (d *departures) remove(t *turn) {
 	d.mu.Unlock()
 }
 
-// close stops the watcher.
+// close stops the watcher; one not yet started never starts.
 func (d *departures) close() {
-	d.once.Do(func() {}) // a watcher not yet started never starts
-	select {
-	case <-d.stop:
-	default:
-		close(d.stop)
-	}
+	d.start.Do(func() {})
+	d.end.Do(func() { close(d.stop) })
 }
 
 func (d *departures) run() {
 	tick := time.NewTicker(departureEvery)
 	defer tick.Stop()
+	var list []watched // the sweep's own, reused
 	for {
 		select {
 		case <-d.stop:
 			return
 		case <-tick.C:
-			d.sweep()
+			list = d.sweep(list[:0])
 		}
 	}
 }
 
-// sweep looks at every watched connection once: the sockets are peeked
-// outside the lock, and a departure is acted on under it, so that a stream
+// sweep looks at every watched connection once, listing them in list (the
+// caller's, returned for reuse): the sockets are peeked outside the lock, and a departure is acted on under it, so that a stream
 // that ended meanwhile (removed) is never touched.
-func (d *departures) sweep() {
+func (d *departures) sweep(list []watched) []watched {
 	d.mu.Lock()
-	list := d.scratch[:0]
 	for t, rc := range d.streams {
 		list = append(list, watched{t, rc})
 	}
@@ -107,10 +103,8 @@ func (d *departures) sweep() {
 		}
 		d.mu.Unlock()
 	}
-	clear(list)
-	d.mu.Lock()
-	d.scratch = list[:0]
-	d.mu.Unlock()
+	clear(list) // no turn is kept past its stream
+	return list
 }
 
 // depart marks a stream whose client left and closes its upstream
