@@ -84,8 +84,9 @@ func (d *departures) run() {
 }
 
 // sweep looks at every watched connection once, listing them in list (the
-// caller's, returned for reuse): the sockets are peeked outside the lock, and a departure is acted on under it, so that a stream
-// that ended meanwhile (removed) is never touched.
+// caller's, returned for reuse): the sockets are peeked outside the lock,
+// and a departure is acted on under it, so that a stream that ended
+// meanwhile (removed) is never touched.
 func (d *departures) sweep(list []watched) []watched {
 	d.mu.Lock()
 	for t, rc := range d.streams {
