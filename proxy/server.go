@@ -210,7 +210,6 @@ func classifyReadError(ctx *fasthttp.RequestCtx, err error) (cerr *codec.Error, 
 	// The server resets the request before it reports a failure, so
 	// what was read is known from the error and the connection only.
 	msg := err.Error()
-	var op *net.OpError
 	switch {
 	case errors.As(err, &small):
 		return errHeadersTooLarge, false
@@ -219,7 +218,7 @@ func classifyReadError(ctx *fasthttp.RequestCtx, err error) (cerr *codec.Error, 
 	case errors.Is(err, errBareLF):
 		return errBareLine, false
 	case isTimeout(err):
-		if errors.As(err, &op) && error(op) == err && !requestStarted(ctx.Conn()) {
+		if !requestStarted(ctx.Conn()) {
 			// The timeout came before the first byte of a request.
 			return nil, true
 		}
