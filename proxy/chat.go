@@ -433,10 +433,23 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if l := t.ch.cfg.Limits; l != nil && intent.Auto {
 		t.poolsLow = l.PoolsLow(context.Background(), c.Start, c.User)
 	}
-	if cerr := t.route(c.User); cerr != nil {
-		return false, cerr
+	if t.bound > watchCountAbove {
+		// A prompt this long may take a while to count: the departure
+		// watcher looks at the client meanwhile, and the count stops
+		// if it leaves.
+		t.ch.watch.add(t, ctx.Conn())
 	}
-	if cerr := t.checkContext(); cerr != nil {
+	cerr = t.route(c.User)
+	if cerr == nil {
+		cerr = t.checkContext()
+	}
+	if t.bound > watchCountAbove {
+		t.ch.watch.remove(t)
+		if t.departed.Load() {
+			return false, codec.ErrClientClosedRequest
+		}
+	}
+	if cerr != nil {
 		return false, cerr
 	}
 	if cerr := t.admit(ctx, c); cerr != nil {
