@@ -43,8 +43,14 @@ type API struct {
 	// LoginLimiter paces the public sign-in routes per client address; nil
 	// uses an in-process limiter of SignIn.RateLimit per minute.
 	LoginLimiter LoginLimiter
-	signin       *signIn
-	draining     atomic.Bool
+	// Mail configures the invitation messages.
+	Mail MailConfig
+	// Outbox is woken when an invitation's message is written; nil leaves
+	// delivery to the next poll (or to the operator, when no SMTP server
+	// is configured).
+	Outbox   Waker
+	signin   *signIn
+	draining atomic.Bool
 }
 
 // Register adds the control plane's routes.
@@ -61,9 +67,14 @@ func (a *API) Register(r Registrar) {
 	r.Handle(fasthttp.MethodGet, "/api/v1/keys", user("keys_list", hotpath.FamilyOrg), a.listKeys)
 	r.Handle(fasthttp.MethodPost, "/api/v1/keys", user("keys_create", hotpath.FamilyOrg), a.createKey)
 	r.Handle(fasthttp.MethodDelete, "/api/v1/keys/{id}", user("keys_revoke", hotpath.FamilyOrg), a.revokeKey)
+	r.Handle(fasthttp.MethodPost, "/api/v1/keys/{id}/rotate", user("keys_rotate", hotpath.FamilyOrg), a.rotateKey)
 	a.registerLogs(r)
 	a.registerLimits(r)
 	a.registerConversations(r)
+	a.registerOrg(r)
+	a.registerProfile(r)
+	a.registerWorkspaces(r)
+	a.registerPrompts(r)
 	a.registerSignIn(r)
 }
 
