@@ -24,9 +24,13 @@ type Registrar interface {
 	Handle(method, path string, a hotpath.Access, h func(*fasthttp.RequestCtx, *hotpath.Call) error)
 }
 
-// Invalidator drops a key from this process's cache at once.
+// Invalidator drops keys from this process's cache at once: one by its
+// hash, or every record (after a change that can touch many keys, such as
+// a role or a workspace cap). Other processes hear of the same change
+// through PostgreSQL.
 type Invalidator interface {
 	Invalidate(h hotpath.TokenHash)
+	Reset()
 }
 
 // API holds the control plane's dependencies.

@@ -161,6 +161,8 @@ func (a *API) setMemberRole(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return orgError(err, ErrOrgMemberNotFound)
 	}
+	// The member's keys carry the new role from their next request here.
+	a.Keys.Reset()
 	return writeJSON(ctx, fasthttp.StatusOK, m)
 }
 

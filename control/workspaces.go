@@ -208,6 +208,11 @@ func (a *API) updateWorkspace(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return workspaceError(err)
 	}
+	if p.SetCap {
+		// Keys of the workspace carry the new cap from their next request
+		// here; other processes hear of it through PostgreSQL.
+		a.Keys.Reset()
+	}
 	return writeJSON(ctx, fasthttp.StatusOK, w)
 }
 
