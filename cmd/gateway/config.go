@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/edgegw/gateway/control/outbox"
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/meter"
 )
@@ -25,6 +26,9 @@ type fileConfig struct {
 	DefaultPlan string                `yaml:"default_plan"`
 	// SignIn is read by signin_config.go.
 	SignIn signInFile `yaml:"sign_in"`
+	// SMTP and PublicBaseURL are read by smtp_config.go.
+	SMTP          smtpFile `yaml:"smtp"`
+	PublicBaseURL string   `yaml:"public_base_url"`
 }
 
 // providerConfig is an OpenAI-compatible endpoint. Its API key is read
@@ -90,6 +94,10 @@ type settings struct {
 	DefaultPlan string
 	// SignIn configures device login and native OAuth (signin_config.go).
 	SignIn signInSettings
+	// SMTP delivers invitation messages; PublicBaseURL builds their
+	// accept links (smtp_config.go).
+	SMTP          outbox.Config
+	PublicBaseURL string
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -169,6 +177,9 @@ func loadSettings(path string) (settings, error) {
 			return st, err
 		}
 		if st.SignIn, err = loadSignIn(fc.SignIn); err != nil {
+			return st, err
+		}
+		if st.SMTP, st.PublicBaseURL, err = loadMail(fc, st.SignIn.PublicURL); err != nil {
 			return st, err
 		}
 	}
