@@ -62,6 +62,7 @@ func (a *API) Register(r Registrar) {
 	r.Handle(fasthttp.MethodPost, "/api/v1/keys", user("keys_create", hotpath.FamilyOrg), a.createKey)
 	r.Handle(fasthttp.MethodDelete, "/api/v1/keys/{id}", user("keys_revoke", hotpath.FamilyOrg), a.revokeKey)
 	a.registerLogs(r)
+	a.registerFeedback(r)
 	a.registerLimits(r)
 	a.registerConversations(r)
 	a.registerSignIn(r)
