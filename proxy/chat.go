@@ -169,6 +169,10 @@ func (ch *Chat) Register(rt *Router) {
 	rt.HandleOnly(fasthttp.MethodPost, "/v1/chat/completions", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return ch.serve(ctx, c, chatOpenAI)
 	})
+	// Token counting reads chat's tiers, template and system prompts. It
+	// counts in its own window, bills nothing and writes no ledger row.
+	rt.Handle(fasthttp.MethodPost, "/api/v1/tokens/count", hotpath.Access{Name: "tokens_count", Auth: hotpath.AuthUser,
+		Family: hotpath.FamilyTokens, Rate: hotpath.RateTokenCount, Unlogged: true}, ch.countTokens)
 }
 
 // envelope is the error envelope the route answers in.
