@@ -51,6 +51,9 @@ type ChatConfig struct {
 	// before it sends an SSE comment (": keep-alive"). Default 15s;
 	// negative sends none.
 	KeepAliveInterval time.Duration
+	// Aux binds the auxiliary tiers; the specialised routes are served
+	// through this pipeline. The zero value serves none of them.
+	Aux AuxConfig
 	// ConnsKept must be set exactly when the server serving the routes has
 	// KeepHijackedConns: a stream then gives the connection's read buffer
 	// and request context back as soon as it takes the connection over, and
@@ -113,6 +116,9 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		up.Tier = &ch.tiers[i]
 		ch.ups = append(ch.ups, up)
 	}
+	if err := ch.cfg.Aux.Validate(); err != nil {
+		return nil, fmt.Errorf("aux: %w", err)
+	}
 	for i := range ch.tiers {
 		ch.maxWindow = max(ch.maxWindow, ch.tiers[i].ContextWindow)
 	}
@@ -137,7 +143,7 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	}
 	s.NewGauge(`gateway_chat_in_flight`, func() float64 { return float64(ch.gate.InFlight()) })
 	s.NewGauge(`gateway_chat_open_streams`, func() float64 { return float64(ch.open.Load()) })
-	for _, up := range ch.ups {
+	for _, up := range append(ch.ups[:len(ch.ups):len(ch.ups)], ch.auxUps()...) {
 		name := up.Tier.Name
 		up.meter = tierMeter{
 			input:  s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="input"}`, name)),
@@ -173,6 +179,7 @@ func (ch *Chat) Register(rt *Router) {
 	// counts in its own window, bills nothing and writes no ledger row.
 	rt.Handle(fasthttp.MethodPost, "/api/v1/tokens/count", hotpath.Access{Name: "tokens_count", Auth: hotpath.AuthUser,
 		Family: hotpath.FamilyTokens, Rate: hotpath.RateTokenCount, Unlogged: true}, ch.countTokens)
+	ch.registerAux(rt)
 }
 
 // envelope is the error envelope the route answers in.

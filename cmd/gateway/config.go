@@ -25,6 +25,19 @@ type fileConfig struct {
 	DefaultPlan string                `yaml:"default_plan"`
 	// SignIn is read by signin_config.go.
 	SignIn signInFile `yaml:"sign_in"`
+	// AuxTiers overrides the auxiliary tiers (gw-embed, gw-rerank,
+	// gw-guard): prices, deadline, context_window, max_output and the
+	// upstream binding, with the same keys as tiers.
+	AuxTiers map[string]tierConfig `yaml:"aux_tiers"`
+	// Aux configures the specialised routes.
+	Aux struct {
+		// RerankShape is the rerank upstream's wire: cohere (default; also
+		// Jina) or tei.
+		RerankShape string `yaml:"rerank_shape"`
+		// GuardConcurrency bounds the guard calls of one moderation
+		// request. Default 8.
+		GuardConcurrency int `yaml:"guard_concurrency"`
+	} `yaml:"aux"`
 }
 
 // providerConfig is an OpenAI-compatible endpoint. Its API key is read
@@ -90,6 +103,11 @@ type settings struct {
 	DefaultPlan string
 	// SignIn configures device login and native OAuth (signin_config.go).
 	SignIn signInSettings
+	// AuxTiers are the auxiliary tiers; their bindings are in Bindings.
+	AuxTiers []hotpath.Tier
+	// RerankShape and GuardConcurrency configure the specialised routes.
+	RerankShape      string
+	GuardConcurrency int
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -123,6 +141,10 @@ func loadSettings(path string) (settings, error) {
 	for _, t := range tiers {
 		st.Bindings[t.Name] = binding{Provider: simProvider, UpstreamModel: "sim-" + t.Name, Reasons: t.Graded}
 	}
+	aux := hotpath.DefaultAuxTiers()
+	st.Bindings[hotpath.TierEmbed] = binding{Provider: simProvider, UpstreamModel: "sim-embed"}
+	st.Bindings[hotpath.TierRerank] = binding{Provider: simProvider, UpstreamModel: "sim-rerank"}
+	st.Bindings[hotpath.TierGuard] = binding{Provider: simProvider, UpstreamModel: "guard-sim"}
 	st.defaultPlans()
 	if path != "" {
 		raw, err := os.ReadFile(path)
@@ -165,6 +187,22 @@ func loadSettings(path string) (settings, error) {
 				tiers[i].PoolWeight = *tc.PoolWeight
 			}
 		}
+		for name, tc := range fc.AuxTiers {
+			i := tierIndex(aux, name)
+			if i < 0 {
+				return st, fmt.Errorf("config aux_tiers.%s: unknown auxiliary tier (known: gw-embed, gw-rerank, gw-guard)", name)
+			}
+			if tc.PoolWeight != nil || tc.SystemPrompt != nil || tc.Reasons != nil || tc.Reasoning != nil {
+				return st, fmt.Errorf("config aux_tiers.%s: pool_weight, system_prompt, reasons and reasoning do not apply to an auxiliary tier", name)
+			}
+			tc.apply(&aux[i])
+			b := st.Bindings[name]
+			if err := tc.bind(&b, st.Providers); err != nil {
+				return st, fmt.Errorf("config aux_tiers.%s.%w", name, err)
+			}
+			st.Bindings[name] = b
+		}
+		st.RerankShape, st.GuardConcurrency = fc.Aux.RerankShape, fc.Aux.GuardConcurrency
 		if err := st.applyPlans(fc); err != nil {
 			return st, err
 		}
@@ -177,7 +215,12 @@ func loadSettings(path string) (settings, error) {
 			return st, fmt.Errorf("config tiers.%s.%w", tiers[i].Name, err)
 		}
 	}
-	st.Tiers = tiers
+	for i := range aux {
+		if err := aux[i].Validate(); err != nil {
+			return st, fmt.Errorf("config aux_tiers.%s.%w", aux[i].Name, err)
+		}
+	}
+	st.Tiers, st.AuxTiers = tiers, aux
 	return st, nil
 }
 
