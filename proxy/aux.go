@@ -402,9 +402,11 @@ func (a *auxCall) newRequest(body []byte) *fasthttp.Request {
 	return r
 }
 
+// writeAux answers body, which the request built for itself and never
+// reuses: it is handed to the response without a copy.
 func writeAux(ctx *fasthttp.RequestCtx, body []byte) error {
 	ctx.SetContentType("application/json")
-	ctx.SetBody(body)
+	ctx.Response.SetBodyRaw(body)
 	return nil
 }
 
@@ -417,10 +419,13 @@ type upstreamEmbedRequest struct {
 	Dimensions     int64    `json:"dimensions,omitempty"`
 }
 
+// upstreamEmbeddings is the upstream's answer, decoded from a view of its
+// body: each vector is a span of the body, never copied until it is
+// written out (the body outlives the decoded value).
 type upstreamEmbeddings struct {
 	Data []struct {
-		Index     *int            `json:"index"`
-		Embedding json.RawMessage `json:"embedding"`
+		Index     *int                   `json:"index"`
+		Embedding sonic.NoCopyRawMessage `json:"embedding"`
 	} `json:"data"`
 	Usage *struct {
 		PromptTokens int64 `json:"prompt_tokens"`
@@ -448,7 +453,7 @@ func (a *auxCall) embed(ctx *fasthttp.RequestCtx) error {
 	}
 	var e upstreamEmbeddings
 	base64 := ur.EncodingFormat == "base64"
-	if sonic.Unmarshal(resp.Body(), &e) != nil || len(e.Data) != len(a.inputs) {
+	if sonic.UnmarshalString(codec.BytesView(resp.Body()), &e) != nil || len(e.Data) != len(a.inputs) {
 		return a.unreadable(req)
 	}
 	// In input order, every index exactly once, each vector of the
