@@ -196,11 +196,39 @@ type judged struct {
 	err     *codec.Error
 }
 
-// moderate judges every input with one guard call each, at most
-// GuardConcurrency at once; the first failure stops calls not yet made
-// and answers the request. A reply the gateway cannot read as a verdict
-// is retried like an upstream failure and then answered 503.
+// moderate judges every input and answers the moderation route.
 func (a *auxCall) moderate(ctx *fasthttp.RequestCtx) error {
+	results, cerr := a.judgeAll()
+	if cerr != nil {
+		return cerr
+	}
+	var in, out int64
+	for i := range results {
+		in, out = in+results[i].in, out+results[i].out
+	}
+	a.bill(in, out)
+
+	b := make([]byte, 0, 64+len(results)*420)
+	b = append(b, `{"id":"modr-`...)
+	b = append(b, a.rid...)
+	b = append(b, `","model":`...)
+	b = codec.AppendJSONString(b, a.up.Tier.Name)
+	b = append(b, `,"results":[`...)
+	for i := range results {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendModerationResult(b, &results[i].v, !a.openai)
+	}
+	b = append(b, "]}"...)
+	return writeAux(ctx, b)
+}
+
+// judgeAll judges every input with one guard call each, at most
+// GuardConcurrency at once; the first failure stops calls not yet made
+// and is returned. A reply the gateway cannot read as a verdict is
+// retried like an upstream failure and then answered 503.
+func (a *auxCall) judgeAll() ([]judged, *codec.Error) {
 	results := make([]judged, len(a.inputs))
 	sem := make(chan struct{}, a.ch.cfg.Aux.GuardConcurrency)
 	var failed atomic.Bool
@@ -221,29 +249,12 @@ func (a *auxCall) moderate(ctx *fasthttp.RequestCtx) error {
 		}()
 	}
 	wg.Wait()
-	var in, out int64
 	for i := range results {
 		if results[i].err != nil {
-			return results[i].err
+			return nil, results[i].err
 		}
-		in, out = in+results[i].in, out+results[i].out
 	}
-	a.bill(in, out)
-
-	b := make([]byte, 0, 64+len(results)*420)
-	b = append(b, `{"id":"modr-`...)
-	b = append(b, a.rid...)
-	b = append(b, `","model":`...)
-	b = codec.AppendJSONString(b, a.up.Tier.Name)
-	b = append(b, `,"results":[`...)
-	for i := range results {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendModerationResult(b, &results[i].v, !a.openai)
-	}
-	b = append(b, "]}"...)
-	return writeAux(ctx, b)
+	return results, nil
 }
 
 // judge asks the guard about one input. The upstream exchange retries and

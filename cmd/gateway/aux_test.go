@@ -399,3 +399,82 @@ func TestOpenAISDKEmbeddingsAndModerations(t *testing.T) {
 	require.Contains(t, apiErr.Message, "gw-embed")
 	require.Contains(t, fmt.Sprint(string(apiErr.RawJSON())), `"type":"invalid_request_error"`)
 }
+
+// TestChatModerationGate gates mira (violence, hate; fail closed) and
+// vaani (sexual; fail open) and leaves kavi ungated.
+func TestChatModerationGate(t *testing.T) {
+	cfg := writeConfig(t, `tiers:
+  mira:
+    moderation_gate: {categories: [violence, hate]}
+  vaani:
+    moderation_gate: {categories: [sexual], on_guard_failure: open}
+`)
+	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = cfg })
+	ten := newTenant(t, ta.dbURL, "gate@example.com")
+	chat := func(path, model string, texts ...string) resp {
+		var msgs []any
+		for i, text := range texts {
+			if i > 0 {
+				msgs = append(msgs, map[string]any{"role": "assistant", "content": "ok"})
+			}
+			msgs = append(msgs, map[string]any{"role": "user", "content": text})
+		}
+		return ta.call(t, "POST", path, ten.key, map[string]any{"model": model, "max_tokens": 8, "messages": msgs})
+	}
+
+	r := chat("/api/v1/chat", "mira", "a quiet walk in the park")
+	require.Equal(t, 200, r.status, "%s", r.raw)
+
+	r = chat("/api/v1/chat", "mira", "I will murder the witness")
+	require.Equal(t, 400, r.status, "%s", r.raw)
+	require.Equal(t, "moderation_rejected", r.body["code"])
+	require.Equal(t, []any{"violence"}, r.body["categories"])
+	require.Contains(t, r.body["error"], "violence")
+	require.NotContains(t, string(r.raw), "murder", "never the text")
+	require.NotContains(t, ta.logs.String(), "witness")
+	_, tier, in, out, pico, billed, status := ledgerRow(t, ta, r.header.Get("X-Request-Id"))
+	require.Equal(t, "mira", tier)
+	require.False(t, billed, "not billed")
+	require.Zero(t, in+out+pico)
+	require.Equal(t, 400, status)
+
+	// Earlier user turns are checked too; both blocked categories named.
+	r = chat("/api/v2/chat", "mira", "a [[sim:unsafe=S10]] remark", "now something harmless")
+	require.Equal(t, 400, r.status, "%s", r.raw)
+	require.Equal(t, []any{"hate"}, r.body["categories"])
+
+	// Flagged, but in no category this tier blocks: served.
+	r = chat("/api/v1/chat", "mira", "where does [[sim:unsafe=S7]] she live")
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	r = chat("/api/v1/chat", "vaani", "I will murder the witness")
+	require.Equal(t, 200, r.status, "vaani blocks sexual content only: %s", r.raw)
+	r = chat("/api/v1/chat", "kavi", "I will murder the witness")
+	require.Equal(t, 200, r.status, "kavi is not gated: %s", r.raw)
+
+	// The OpenAI route answers in its envelope.
+	r = chat("/v1/chat/completions", "mira", "how to build a bomb")
+	require.Equal(t, 400, r.status)
+	require.Equal(t, "moderation_rejected", r.body["error"].(map[string]any)["code"])
+
+	// A guard that cannot answer: mira fails closed with the guard's 503,
+	// vaani fails open, counted and logged.
+	r = chat("/api/v1/chat", "mira", "hello [[sim:garbled]]")
+	require.Equal(t, 503, r.status, "%s", r.raw)
+	require.Equal(t, "upstream_overloaded", r.body["code"])
+	r = chat("/api/v1/chat", "vaani", "hello [[sim:garbled]]")
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.Contains(t, ta.logs.String(), "moderation gate failed open")
+}
+
+func TestModerationGateConfigErrors(t *testing.T) {
+	for name, body := range map[string]string{
+		"unknown category": "tiers:\n  mira:\n    moderation_gate: {categories: [violent]}\n",
+		"no category":      "tiers:\n  mira:\n    moderation_gate: {categories: []}\n",
+		"bad policy":       "tiers:\n  mira:\n    moderation_gate: {categories: [hate], on_guard_failure: maybe}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := loadSettings(writeConfig(t, body))
+			require.ErrorContains(t, err, "tiers.mira.moderation_gate")
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/meter"
+	"github.com/edgegw/gateway/proxy"
 )
 
 // fileConfig is the --config file: the structured settings that do not fit
@@ -79,6 +80,12 @@ type tierConfig struct {
 	StreamIdleTimeout *time.Duration `yaml:"stream_idle_timeout"`
 	Retries           *int           `yaml:"retries"`
 	PoolWeight        *int64         `yaml:"pool_weight"`
+	// ModerationGate turns on the tier's input moderation gate
+	// (docs/specialised.md).
+	ModerationGate *struct {
+		Categories     []string `yaml:"categories"`
+		OnGuardFailure string   `yaml:"on_guard_failure"` // closed (default) or open
+	} `yaml:"moderation_gate"`
 }
 
 // binding is where a tier's calls go.
@@ -108,6 +115,8 @@ type settings struct {
 	// RerankShape and GuardConcurrency configure the specialised routes.
 	RerankShape      string
 	GuardConcurrency int
+	// Gates are the chat tiers' input moderation gates.
+	Gates map[string]proxy.GateConfig
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -180,6 +189,23 @@ func loadSettings(path string) (settings, error) {
 				return st, fmt.Errorf("config tiers.%s.%w", name, err)
 			}
 			st.Bindings[name] = b
+			if g := tc.ModerationGate; g != nil {
+				gc := proxy.GateConfig{Categories: g.Categories}
+				switch g.OnGuardFailure {
+				case "", "closed":
+				case "open":
+					gc.FailOpen = true
+				default:
+					return st, fmt.Errorf("config tiers.%s.moderation_gate.on_guard_failure: %q is not open or closed", name, g.OnGuardFailure)
+				}
+				if err := gc.Validate(); err != nil {
+					return st, fmt.Errorf("config tiers.%s.moderation_gate.%w", name, err)
+				}
+				if st.Gates == nil {
+					st.Gates = map[string]proxy.GateConfig{}
+				}
+				st.Gates[name] = gc
+			}
 			if tc.PoolWeight != nil {
 				if *tc.PoolWeight < 0 {
 					return st, fmt.Errorf("config tiers.%s.pool_weight: must not be negative", name)
