@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,21 +25,6 @@ var ModerationCategories = [...]string{
 	"sexual", "sexual/minors",
 	"violence", "violence/graphic",
 }
-
-// Category bits, by index in ModerationCategories.
-const (
-	catHarassment uint16 = 1 << iota
-	catHarassmentThreatening
-	catHate
-	catHateThreatening
-	catSelfHarm
-	catSelfHarmInstructions
-	catSelfHarmIntent
-	catSexual
-	catSexualMinors
-	catViolence
-	catViolenceGraphic
-)
 
 // HazardCategories maps each guard hazard code (the Llama Guard 3
 // taxonomy, S1 to S14) to the categories it sets; README, "Moderation",
@@ -118,21 +104,12 @@ func parseGuard(text string) (v guardVerdict, ok bool) {
 		if err != nil || n < 1 || c[1] == '0' {
 			return v, false
 		}
-		if !containsString(v.codes, c) {
+		if !slices.Contains(v.codes, c) {
 			v.codes = append(v.codes, c)
 			v.cats |= hazardBits[c]
 		}
 	}
 	return v, true
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // appendModerationResult appends one result: flagged, every category as
