@@ -478,3 +478,33 @@ func TestModerationGateConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestAuxDeadlineAndBreaker: a hung upstream is cut at the tier's deadline
+// (504, not retried, not billed), and repeated failures open the tier's
+// breaker, which then refuses at once with model_unavailable.
+func TestAuxDeadlineAndBreaker(t *testing.T) {
+	cfg := writeConfig(t, "aux_tiers:\n  gw-embed: {deadline: 300ms, retries: 0}\n")
+	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = cfg })
+	ten := newTenant(t, ta.dbURL, "deadline@example.com")
+	began := time.Now()
+	r := ta.call(t, "POST", "/api/v1/embeddings", ten.key, map[string]any{"model": "gw-embed", "input": "x [[sim:fault=hang]]"})
+	require.Equal(t, 504, r.status, "%s", r.raw)
+	require.Equal(t, "upstream_timeout", r.body["code"])
+	require.Less(t, time.Since(began), 3*time.Second)
+	_, _, _, _, _, billed, _ := ledgerRow(t, ta, r.header.Get("X-Request-Id"))
+	require.False(t, billed)
+
+	var last resp
+	for i := range 30 {
+		last = ta.call(t, "POST", "/api/v1/embeddings", ten.key, map[string]any{"model": "gw-embed", "input": fmt.Sprintf("x%d [[sim:status=500]]", i)})
+		if last.body["code"] == "model_unavailable" {
+			break
+		}
+	}
+	require.Equal(t, "model_unavailable", last.body["code"], "the breaker opened: %s", last.raw)
+	require.NotEmpty(t, last.header.Get("Retry-After"))
+	r = ta.call(t, "POST", "/api/v1/embeddings", ten.key, map[string]any{"model": "gw-embed", "input": "healthy"})
+	require.Equal(t, 503, r.status, "refused at once while the tier cools down")
+	require.Equal(t, 200, ta.call(t, "POST", "/api/v1/rerank", ten.key, map[string]any{"model": "gw-rerank", "query": "a", "documents": []any{"a"}}).status,
+		"each tier has its own breaker")
+}
