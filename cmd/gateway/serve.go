@@ -423,7 +423,9 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		idem = storage.NewRedisIdempotency(a.redis, "gw:", cfg.IdempotencyTTL, 0)
 	}
 	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set,
-		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive)})
+		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive),
+		Aux: proxy.AuxConfig{Embed: ups[hotpath.TierEmbed], Rerank: ups[hotpath.TierRerank], Guard: ups[hotpath.TierGuard],
+			RerankShape: st.RerankShape, GuardConcurrency: st.GuardConcurrency}, Gates: st.Gates})
 	if err != nil {
 		a.shutdown()
 		return nil, err
