@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/control/filetext"
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/storage"
@@ -43,8 +44,11 @@ type API struct {
 	// LoginLimiter paces the public sign-in routes per client address; nil
 	// uses an in-process limiter of SignIn.RateLimit per minute.
 	LoginLimiter LoginLimiter
-	signin       *signIn
-	draining     atomic.Bool
+	// Files configures the file routes; without a Store they are left out.
+	Files    FilesConfig
+	fileText *filetext.Reader
+	signin   *signIn
+	draining atomic.Bool
 }
 
 // Register adds the control plane's routes.
@@ -64,6 +68,7 @@ func (a *API) Register(r Registrar) {
 	a.registerLogs(r)
 	a.registerLimits(r)
 	a.registerConversations(r)
+	a.registerFiles(r)
 	a.registerSignIn(r)
 }
 

@@ -25,6 +25,8 @@ type fileConfig struct {
 	DefaultPlan string                `yaml:"default_plan"`
 	// SignIn is read by signin_config.go.
 	SignIn signInFile `yaml:"sign_in"`
+	// Files is read by files_config.go.
+	Files filesFile `yaml:"files"`
 }
 
 // providerConfig is an OpenAI-compatible endpoint. Its API key is read
@@ -90,6 +92,9 @@ type settings struct {
 	DefaultPlan string
 	// SignIn configures device login and native OAuth (signin_config.go).
 	SignIn signInSettings
+	// Files configures uploads, their store and chat's caps
+	// (files_config.go).
+	Files filesSettings
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -124,6 +129,10 @@ func loadSettings(path string) (settings, error) {
 		st.Bindings[t.Name] = binding{Provider: simProvider, UpstreamModel: "sim-" + t.Name, Reasons: t.Graded}
 	}
 	st.defaultPlans()
+	var err error
+	if st.Files, err = loadFiles(filesFile{}); err != nil {
+		return st, err
+	}
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
@@ -169,6 +178,9 @@ func loadSettings(path string) (settings, error) {
 			return st, err
 		}
 		if st.SignIn, err = loadSignIn(fc.SignIn); err != nil {
+			return st, err
+		}
+		if st.Files, err = loadFiles(fc.Files); err != nil {
 			return st, err
 		}
 	}

@@ -67,6 +67,9 @@ type serveConfig struct {
 	UpstreamMaxResponse, UpstreamMaxEvent int
 
 	dbConns *int
+	// now is the clock of file uploads, reads, expiry and the janitor;
+	// nil is time.Now. Tests inject one.
+	now func() time.Time
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -263,6 +266,8 @@ type app struct {
 	ledger   *storage.Ledger
 	counters *storage.RedisCounters
 	limits   *meter.Limits
+	files    *storage.Files
+	janitor  *control.FileJanitor
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -344,6 +349,22 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		a.db.Close()
 		return nil, err
 	}
+	var store storage.FileStore = &storage.PGFileStore{DB: a.db}
+	if st.Files.S3 != nil {
+		s3, err := storage.NewS3FileStore(*st.Files.S3)
+		if err == nil {
+			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+			err = s3.Check(cctx)
+			ccancel()
+		}
+		if err != nil {
+			a.db.Close()
+			return nil, fmt.Errorf("files store: %w", err)
+		}
+		store = s3
+	}
+	a.files = &storage.Files{DB: a.db, Store: store, Now: cfg.now}
+	a.janitor = &control.FileJanitor{Files: a.files, Log: log, Every: st.Files.JanitorInterval, Now: cfg.now}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
 	retention := &control.Retention{DB: a.db, Log: log, Every: cfg.RetentionInterval}
@@ -351,6 +372,9 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		defer close(a.done)
 		retained := make(chan struct{})
 		go func() { defer close(retained); retention.Run(bg) }()
+		swept := make(chan struct{})
+		go func() { defer close(swept); a.janitor.Run(bg) }()
+		defer func() { <-swept }()
 		returned := make(chan struct{})
 		go func() {
 			defer close(returned)
@@ -408,21 +432,25 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		idem = storage.NewRedisIdempotency(a.redis, "gw:", cfg.IdempotencyTTL, 0)
 	}
 	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set,
-		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive)})
+		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive),
+		Files: a.files, MaxFileTokens: st.Files.MaxFileTokens, MaxTurnTokens: st.Files.MaxTurnTokens,
+		MaxImageBytes: st.Files.MaxImageBytes})
 	if err != nil {
 		a.shutdown()
 		return nil, err
 	}
 	chat.Register(rt)
 	a.chat = chat
+	filesAPI := st.Files.API
+	filesAPI.Store, filesAPI.Now = store, cfg.now
 	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit(), SignIn: st.SignIn,
-		Limits: limits}
+		Limits: limits, Files: filesAPI}
 	a.api.Register(rt)
 
 	// A connection whose stream completed serves the client's next request.
 	a.server = proxy.NewServer(proxy.ServerConfig{ReadTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout,
 		MaxBodySize: cfg.MaxBodySize, MaxHeaderBytes: cfg.MaxHeaderBytes, MaxURIBytes: cfg.MaxURIBytes,
-		Logger: fasthttpLogger{log}}, rt, chat)
+		Logger: fasthttpLogger{log}, LargeBodies: uploadBodies(&filesAPI, st.Files.UploadReadTimeout)}, rt, chat)
 	// Running out of descriptors under overload pauses accepting; it must
 	// never end it.
 	accept := proxy.KeepAccepting(a.ln, log)
@@ -560,4 +588,15 @@ type fasthttpLogger struct{ log *slog.Logger }
 
 func (l fasthttpLogger) Printf(format string, _ ...any) {
 	l.log.Debug(strings.TrimSpace(format), "source", "fasthttp")
+}
+
+// uploadBodies gives the upload route, on both versions, a body bound of
+// its own: the per-file limit and the form around it.
+func uploadBodies(f *control.FilesConfig, readTimeout time.Duration) []proxy.LargeBody {
+	var out []proxy.LargeBody
+	for _, p := range []string{"/api/v1/files", "/api/v2/files"} {
+		out = append(out, proxy.LargeBody{Method: fasthttp.MethodPost, Path: p, MaxBodySize: f.MaxUploadBody(),
+			ReadTimeout: readTimeout})
+	}
+	return out
 }

@@ -58,8 +58,8 @@ func TestReadKinds(t *testing.T) {
 	})
 	t.Run("images", func(t *testing.T) {
 		for data, ct := range map[string]string{
-			string(filetexttest.PNG(t)):               "image/png",
-			"\xFF\xD8\xFF\xE0\x00\x10JFIF\x00":        "image/jpeg",
+			string(filetexttest.PNG(t)):                "image/png",
+			"\xFF\xD8\xFF\xE0\x00\x10JFIF\x00":         "image/jpeg",
 			"RIFF\x24\x00\x00\x00WEBPVP8 \x18\x00\x00": "image/webp",
 		} {
 			res := read(t, r, []byte(data), "img")
