@@ -45,6 +45,10 @@ type NewMessage struct {
 	// ToolCallID is set on tool messages only.
 	ToolCallID *string
 	FileIDs    []string
+	// FilesAt is the instant FileIDs are checked at: each must name a file
+	// of the author's in the organization, readable then (not deleted or
+	// expired); otherwise the append is a *FileMissingError.
+	FilesAt time.Time
 	// ParentID answers that message instead of the current leaf.
 	ParentID *string
 	// Root makes the message a new root beside the first message.
@@ -132,6 +136,15 @@ func (db *DB) AppendMessage(ctx context.Context, userID, orgID, convID string, n
 				return ErrAppendKeyReused
 			case !errors.Is(err, pgx.ErrNoRows):
 				return fmt.Errorf("cannot read idempotent append: %w", err)
+			}
+		}
+		if len(n.FileIDs) > 0 {
+			missing, err := missingFile(ctx, tx, userID, orgID, n.FileIDs, n.FilesAt)
+			if err != nil {
+				return err
+			}
+			if missing != "" {
+				return &FileMissingError{ID: missing}
 			}
 		}
 		r, err := appendLocked(ctx, tx, &conv, n)

@@ -213,9 +213,19 @@ func detachFile(ctx context.Context, tx pgx.Tx, id string) error {
 	return nil
 }
 
+// FileMissingError names the first file id of a message that is not a
+// file of the author's readable at the time of the append.
+type FileMissingError struct{ ID string }
+
+func (e *FileMissingError) Error() string { return "file " + e.ID + " not found" }
+
 // MissingFile returns the first of ids that is not a file userID may read
 // in orgID at now, or "" when every one is.
 func (db *DB) MissingFile(ctx context.Context, userID, orgID string, ids []string, now time.Time) (string, error) {
+	return missingFile(ctx, db.Pool, userID, orgID, ids, now)
+}
+
+func missingFile(ctx context.Context, q convQuerier, userID, orgID string, ids []string, now time.Time) (string, error) {
 	valid := make([]string, 0, len(ids))
 	for _, id := range ids {
 		if !ValidUUID(id) {
@@ -226,7 +236,7 @@ func (db *DB) MissingFile(ctx context.Context, userID, orgID string, ids []strin
 	if len(valid) == 0 {
 		return "", nil
 	}
-	rows, err := db.Pool.Query(ctx, `select id::text`+fileVisible+` and id = any($4::uuid[])`, userID, orgID, now, valid)
+	rows, err := q.Query(ctx, `select id::text`+fileVisible+` and id = any($4::uuid[])`, userID, orgID, now, valid)
 	if err != nil {
 		return "", fmt.Errorf("cannot check files: %w", err)
 	}
