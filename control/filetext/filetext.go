@@ -8,7 +8,6 @@ package filetext
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"path"
 	"runtime"
@@ -111,8 +110,6 @@ func NewReader(cfg Config) *Reader {
 	_ = cfg.Validate()
 	return &Reader{cfg: cfg, gate: make(chan struct{}, cfg.Concurrency)}
 }
-
-var errTimeout = errors.New("reading the document took too long")
 
 // Read reads data, uploaded under filename (whose extension only refines
 // the media type of text). It never fails: a file that cannot be read is a
