@@ -218,8 +218,11 @@ func (a *API) uploadFile(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return storageError(err, ErrFileNotFound)
 	}
 	if _, err := a.Files.Store.Put(sctx, n.StoreKey, bytes.NewReader(form.content), a.Files.MaxFileBytes); err != nil {
+		// The store is a dependency the request needs, not the
+		// client's fault: 503, logged without the file's name.
+		a.Log.Error("cannot store file bytes", "request_id", c.IDString(), "err", err)
 		a.abandonUpload(f.ID, n.StoreKey)
-		return storageError(err, ErrFileNotFound)
+		return codec.ErrServiceUnavailable
 	}
 	if err := a.DB.ReadyFile(sctx, f.ID); err != nil {
 		a.abandonUpload(f.ID, n.StoreKey)
@@ -464,7 +467,11 @@ func (a *API) fileContent(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	r, err := a.Files.Store.Open(rctx, f.StoreKey)
 	if err != nil {
 		rcancel()
-		return storageError(err, ErrFileNotFound)
+		if errors.Is(err, storage.ErrNotFound) {
+			return ErrFileNotFound
+		}
+		a.Log.Error("cannot read file bytes", "request_id", c.IDString(), "err", err)
+		return codec.ErrServiceUnavailable
 	}
 	h := &ctx.Response.Header
 	h.SetContentType(f.ContentType)

@@ -487,4 +487,17 @@ func TestFilesOnS3Store(t *testing.T) {
 	objs, err = backend.ListBucket("gw-files", nil, gofakes3.ListBucketPage{})
 	require.NoError(t, err)
 	require.Empty(t, objs.Contents, "the janitor deleted the object")
+
+	// The store away: 503, and nothing readable is left behind; the
+	// pending record waits for the janitor to delete whatever reached
+	// the store.
+	srv.Close()
+	r = ada.upload(t, "c.txt", []byte("no bucket"), nil)
+	requireError(t, r, 503, "service_unavailable")
+	require.Empty(t, ada.do(t, "GET", "/api/v1/files", nil).body["data"])
+	var pending int
+	require.NoError(t, ta.db.Pool.QueryRow(context.Background(),
+		`select count(*) from files where state = 'pending'`).Scan(&pending))
+	require.Equal(t, 1, pending)
+	require.NotContains(t, ta.logs.String(), "c.txt")
 }
