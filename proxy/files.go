@@ -63,8 +63,9 @@ func (t *turn) resolveFiles(c *hotpath.Call) *codec.Error {
 	var firsts []int
 	for i := range t.req.Messages {
 		for _, id := range t.req.Messages[i].FileIDs {
-			if !seen[id] {
-				seen[id] = true
+			// Ids are UUIDs: one spelled in upper case is the same file.
+			if k := strings.ToLower(id); !seen[k] {
+				seen[k] = true
 				ids = append(ids, id)
 				firsts = append(firsts, i)
 			}
@@ -93,7 +94,7 @@ func (t *turn) resolveFiles(c *hotpath.Call) *codec.Error {
 		a := &t.files[i]
 		a.f, a.first = *f, firsts[i]
 		for _, id := range lastIDs(t.req.Messages, last) {
-			if id == ids[i] {
+			if strings.EqualFold(id, ids[i]) {
 				a.current = true
 			}
 		}

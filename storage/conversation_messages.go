@@ -146,6 +146,7 @@ func (db *DB) AppendMessage(ctx context.Context, userID, orgID, convID string, n
 			if missing != "" {
 				return &FileMissingError{ID: missing}
 			}
+			n.FileIDs = canonicalFileIDs(n.FileIDs)
 		}
 		r, err := appendLocked(ctx, tx, &conv, n)
 		if err != nil {
@@ -496,4 +497,19 @@ func readPath(ctx context.Context, q convQuerier, conv *Conversation, leaf strin
 		return out[:r.Limit], true, nil
 	}
 	return out, false, nil
+}
+
+// canonicalFileIDs spells each id as PostgreSQL prints it, dropping a
+// repeat that differed only in case, so that deleting the file finds it.
+func canonicalFileIDs(ids []string) []string {
+	out := make([]string, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		c := canonicalUUID(id)
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -391,7 +391,9 @@ func TestConversationFiles(t *testing.T) {
 
 	// Deleting a file removes it from the messages that listed it.
 	gone := ada.uploadText(t, "gone.txt", "soon deleted")
-	ada.appendMsgPinned(t, c2, gone, b)
+	// An id in upper case names the same file, stored as the file's id.
+	m := ada.appendMsgPinned(t, c2, strings.ToUpper(gone), b)
+	require.Equal(t, []any{gone, b}, m["message"].(map[string]any)["file_ids"])
 	require.Equal(t, 200, ada.do(t, "DELETE", "/api/v1/files/"+gone, nil).status)
 	msgs := ada.read(t, c2, "")["messages"].(map[string]any)["data"].([]any)
 	require.Equal(t, []any{b}, msgs[1].(map[string]any)["file_ids"])
