@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -46,6 +47,14 @@ func filesFixture(t *testing.T, files *memFiles, opts ...func(*fixtureOptions)) 
 	all := append([]func(*fixtureOptions){func(o *fixtureOptions) {
 		o.dial = up.dial
 		o.chat = func(c *ChatConfig) { c.Files = files }
+		// Files make prompts of thousands of tokens, which the
+		// simulator counts: under the race detector that takes longer
+		// than the fixture's short deadline.
+		o.tiers = func(ts []hotpath.Tier) {
+			for i := range ts {
+				ts[i].Deadline = 30 * time.Second
+			}
+		}
 	}}, opts...)
 	return newChatFixture(t, all...), up
 }
@@ -207,7 +216,9 @@ func TestChatOmitsEarlierFilesToFitTheWindow(t *testing.T) {
 		"giant": textFile("giant", "giant.txt", doc("enormous")+doc("enormous")+doc("enormous")),
 	}}
 	f, up := filesFixture(t, files, func(o *fixtureOptions) {
+		prev := o.tiers
 		o.tiers = func(ts []hotpath.Tier) {
+			prev(ts)
 			for i := range ts {
 				if ts[i].Name == "mira" {
 					ts[i].ContextWindow, ts[i].MaxOutput = 4000, 200
