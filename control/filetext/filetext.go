@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/tokens"
 )
@@ -91,7 +92,8 @@ type Result struct {
 	// Bound names the PDF bound a too_large file exceeds.
 	Bound string
 	// Text is the text read; empty when Status is not ready or the count
-	// passed CountBound.
+	// passed CountBound. For a text file it is a view of the data Read was
+	// given, valid only as long as that data.
 	Text string
 	// Tokens counts Text; past CountBound it is only known to exceed it.
 	Tokens int
@@ -120,7 +122,8 @@ func (r *Reader) Read(ctx context.Context, data []byte, filename string) Result 
 	kind, ctype := sniff(data, filename)
 	switch kind {
 	case kindText:
-		return r.finish(Result{ContentType: ctype, Status: hotpath.FileTextReady}, string(data))
+		// Read in place: a text file is not copied to be counted.
+		return r.finish(Result{ContentType: ctype, Status: hotpath.FileTextReady}, codec.StringView(data))
 	case kindImage:
 		return Result{ContentType: ctype, Status: hotpath.FileTextImage}
 	case kindPDF, kindDOCX:
