@@ -55,6 +55,7 @@ func filesFixture(t *testing.T, files *memFiles, opts ...func(*fixtureOptions)) 
 				ts[i].Deadline = 30 * time.Second
 			}
 		}
+		o.upstream = func(u *UpstreamConfig) { u.StreamIdle = 30 * time.Second }
 	}}, opts...)
 	return newChatFixture(t, all...), up
 }
@@ -251,7 +252,7 @@ func TestChatOmitsEarlierFilesToFitTheWindow(t *testing.T) {
 		{"/api/v2/chat", true, "event: start"},
 	} {
 		r := f.post(t, tc.path, conv(tc.stream, "now"), "Gateway-Version", filesPin)
-		require.Equal(t, 200, r.status, "%s", r.body)
+		require.Equal(t, 200, r.status, "%s %v: %s", tc.path, tc.stream, r.body)
 		require.Contains(t, string(r.body), tc.want)
 		require.Contains(t, string(r.body), `"files_omitted":[{"file_id":"old","filename":"old.txt","reason":"context_window"}]`,
 			"%s %v", tc.path, tc.stream)
