@@ -209,6 +209,9 @@ type Routing struct {
 	Tier   string
 	Mode   string // "explicit" or "auto"
 	Effort string
+	// FilesOmitted is the JSON array of files left out of the turn
+	// (files_omitted), or nil when none was.
+	FilesOmitted []byte
 }
 
 // AppendGW appends the gw object of /api/v1/chat: request id, routed tier and
@@ -220,7 +223,18 @@ func AppendGW(dst []byte, requestID []byte, r *Routing) []byte {
 	dst = AppendJSONString(dst, r.Tier)
 	dst = append(dst, `,"reasoning_effort":`...)
 	dst = AppendJSONString(dst, r.Effort)
+	dst = appendFilesOmitted(dst, r)
 	return append(dst, '}')
+}
+
+// appendFilesOmitted appends ,"files_omitted":[...] when files were left
+// out.
+func appendFilesOmitted(dst []byte, r *Routing) []byte {
+	if len(r.FilesOmitted) == 0 {
+		return dst
+	}
+	dst = append(dst, `,"files_omitted":`...)
+	return append(dst, r.FilesOmitted...)
 }
 
 func appendRouting(dst []byte, r *Routing) []byte {
@@ -245,6 +259,7 @@ func AppendV2Start(dst []byte, h *Head, requestID []byte, r *Routing) []byte {
 	dst = AppendJSONBytes(dst, requestID)
 	dst = append(dst, `,"routing":`...)
 	dst = appendRouting(dst, r)
+	dst = appendFilesOmitted(dst, r)
 	return append(dst, "}\n\n"...)
 }
 
@@ -350,6 +365,7 @@ func AppendV2Completion(dst []byte, h *Head, a *Answer, b *Bill, requestID []byt
 	dst = AppendJSONBytes(dst, requestID)
 	dst = append(dst, `,"usage":`...)
 	dst = AppendNativeUsage(dst, b)
+	dst = appendFilesOmitted(dst, r)
 	if a.Reasoning != nil {
 		dst = append(dst, `,"reasoning":`...)
 		dst = append(dst, a.Reasoning...)

@@ -148,3 +148,9 @@ func BytesView(b []byte) string { return b2s(b) }
 func b2s(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
+
+// StringView is b as a string, without copying: the one way outside codec
+// to read bytes as a string in place. The string is valid only while b is
+// neither changed nor released (a request body: until its handler
+// returns).
+func StringView(b []byte) string { return b2s(b) }

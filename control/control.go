@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/control/filetext"
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/storage"
@@ -52,7 +53,10 @@ type API struct {
 	// Outbox is woken when an invitation's message is written; nil leaves
 	// delivery to the next poll (or to the operator, when no SMTP server
 	// is configured).
-	Outbox   Waker
+	Outbox Waker
+	// Files configures the file routes; without a Store they are left out.
+	Files    FilesConfig
+	fileText *filetext.Reader
 	signin   *signIn
 	draining atomic.Bool
 }
@@ -80,6 +84,7 @@ func (a *API) Register(r Registrar) {
 	a.registerProfile(r)
 	a.registerWorkspaces(r)
 	a.registerPrompts(r)
+	a.registerFiles(r)
 	a.registerSignIn(r)
 }
 

@@ -72,6 +72,7 @@ func (a *API) registerConversations(r Registrar) {
 // conversationError maps the conversation queries' errors to their codes.
 func conversationError(err error) error {
 	var ref *storage.MessageRefError
+	var missing *storage.FileMissingError
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		return ErrConversationNotFound
@@ -89,6 +90,9 @@ func conversationError(err error) error {
 		return errConvMessageCursor
 	case errors.As(err, &ref):
 		return convInvalid(ref.Field + ": not a message of this conversation.")
+	case errors.As(err, &missing):
+		return &codec.Error{Code: codec.CodeFileNotFound, Message: "file_ids: no such file.",
+			Detail: codec.Detail{FileID: missing.ID}}
 	}
 	return storageError(err, ErrConversationNotFound)
 }
@@ -495,7 +499,8 @@ func (a *API) appendConversationMessage(ctx *fasthttp.RequestCtx, c *hotpath.Cal
 		idem = &storage.AppendKey{KeyHash: sha256.Sum256(key), BodyHash: sha256.Sum256(canonical)}
 	}
 	n := storage.NewMessage{Role: in.Role, Content: in.Content, Status: in.Status, ToolCalls: in.ToolCalls,
-		ToolCallID: in.ToolCallID, FileIDs: in.FileIDs, ParentID: in.ParentID, Root: in.Root, ExpectedLeaf: in.ExpectedLeaf}
+		ToolCallID: in.ToolCallID, FileIDs: in.FileIDs, ParentID: in.ParentID, Root: in.Root, ExpectedLeaf: in.ExpectedLeaf,
+		FilesAt: a.filesNow()}
 	if in.Role == "user" {
 		n.Title = deriveConvTitle(in.Content)
 	}

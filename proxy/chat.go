@@ -57,6 +57,19 @@ type ChatConfig struct {
 	// Gates are the chat tiers' input moderation gates, by tier name; a
 	// tier without one is not gated. A gate needs Aux.Guard.
 	Gates map[string]GateConfig
+	// Files reads the files chat messages attach; nil answers every file
+	// id 404 file_not_found.
+	Files hotpath.FileSource
+	// MaxFileTokens caps one attached file's text tokens. Default
+	// DefaultMaxFileTokens.
+	MaxFileTokens int
+	// MaxTurnTokens caps the tokens of the files the turn's own message
+	// (the last user message) attaches, together. Default
+	// DefaultMaxTurnTokens.
+	MaxTurnTokens int
+	// MaxImageBytes is the largest image sent to a tier that reads images.
+	// Default DefaultMaxImageBytes.
+	MaxImageBytes int64
 	// ConnsKept must be set exactly when the server serving the routes has
 	// KeepHijackedConns: a stream then gives the connection's read buffer
 	// and request context back as soon as it takes the connection over, and
@@ -91,6 +104,9 @@ type Chat struct {
 	gates     map[string]gate
 	errImages *codec.Error // image_not_supported naming the tiers that read images
 	maxWindow int          // the largest context window of any tier
+
+	maxFileTokens, maxTurnTokens int
+	maxImageBytes                int64
 }
 
 type chatMetrics struct {
@@ -131,6 +147,16 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	}
 	for i := range ch.tiers {
 		ch.maxWindow = max(ch.maxWindow, ch.tiers[i].ContextWindow)
+	}
+	ch.maxFileTokens, ch.maxTurnTokens, ch.maxImageBytes = cfg.MaxFileTokens, cfg.MaxTurnTokens, cfg.MaxImageBytes
+	if ch.maxFileTokens <= 0 {
+		ch.maxFileTokens = DefaultMaxFileTokens
+	}
+	if ch.maxTurnTokens <= 0 {
+		ch.maxTurnTokens = DefaultMaxTurnTokens
+	}
+	if ch.maxImageBytes <= 0 {
+		ch.maxImageBytes = DefaultMaxImageBytes
 	}
 	ch.errImages = &codec.Error{Code: codec.CodeImageNotSupported}
 	for _, t := range ch.tiers {
@@ -252,6 +278,11 @@ type turn struct {
 	// stopped early and is only a lower bound.
 	countLimit int
 	keyID      string
+	// files are the distinct files the request attaches, in the order of
+	// their first mention; fileFloor is the window the turn's own files
+	// need until they are placed into the messages.
+	files     []attached
+	fileFloor int
 
 	// Admission: the key's concurrency slot and the budgets reserved.
 	principal *hotpath.Principal
@@ -453,20 +484,29 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	}
 	t.intent = intent
 	t.bound, t.images = promptBound(&t.req), hasImages(&t.req)
+	if intent.HasFiles {
+		if cerr := t.resolveFiles(c); cerr != nil {
+			return false, cerr
+		}
+	}
 	if l := t.ch.cfg.Limits; l != nil && intent.Auto {
 		t.poolsLow = l.PoolsLow(context.Background(), c.Start, c.User)
 	}
-	if t.bound > watchCountAbove {
-		// A prompt this long may take a while to count: the departure
-		// watcher looks at the client meanwhile, and the count stops
-		// if it leaves.
+	// A prompt this long may take a while to count: the departure
+	// watcher looks at the client meanwhile, and the count stops if it
+	// leaves.
+	watched := t.bound > watchCountAbove
+	if watched {
 		t.ch.watch.add(t, ctx.Conn())
 	}
 	cerr = t.route(c.User)
+	if cerr == nil && t.files != nil {
+		cerr = t.placeFiles()
+	}
 	if cerr == nil {
 		cerr = t.checkContext()
 	}
-	if t.bound > watchCountAbove {
+	if watched {
 		t.ch.watch.remove(t)
 		if t.departed.Load() {
 			return false, codec.ErrClientClosedRequest

@@ -58,6 +58,7 @@ type fixtureOptions struct {
 	keepAlive   time.Duration
 	clientConn  func(net.Conn) net.Conn // wraps each accepted client connection
 	aux         bool                    // bind the auxiliary tiers too
+	chat        func(*ChatConfig)       // adjusts the chat configuration
 }
 
 // wrapListener wraps each connection it accepts.
@@ -129,8 +130,12 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	}
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	var err error
-	f.chat, err = NewChat(ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: o.idempotency, MaxInFlight: o.maxInFlight,
-		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive, Aux: aux})
+	cc := ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: o.idempotency, MaxInFlight: o.maxInFlight,
+		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive, Aux: aux}
+	if o.chat != nil {
+		o.chat(&cc)
+	}
+	f.chat, err = NewChat(cc)
 	require.NoError(t, err)
 	t.Cleanup(f.chat.Close)
 

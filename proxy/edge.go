@@ -49,6 +49,7 @@ type Edge struct {
 
 	// The HTTP layer's limits (ServerConfig), checked before the route.
 	maxHeaderBytes, maxURIBytes, maxBodySize int
+	largeBodies                              []LargeBody
 }
 
 // EdgeConfig configures an Edge.

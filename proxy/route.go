@@ -163,7 +163,7 @@ const watchCountAbove = 256 << 10
 // as it passes the window.
 func (t *turn) fits(up *Upstream) bool {
 	window := up.Tier.ContextWindow
-	if t.bound+len(up.cfg.SystemPrompt)+16 <= window {
+	if t.bound+t.fileFloor+len(up.cfg.SystemPrompt)+16 <= window {
 		return true
 	}
 	limit := window
@@ -172,7 +172,7 @@ func (t *turn) fits(up *Upstream) bool {
 		// serves them all.
 		limit = t.ch.maxWindow
 	}
-	return t.promptTokens(up, limit) <= window
+	return t.promptTokens(up, limit)+t.fileFloor <= window
 }
 
 // promptTokens counts the prompt under up's system prompt, stopping once

@@ -34,6 +34,21 @@ type ServerConfig struct {
 	// Logger receives the server's own failures (a panic outside any
 	// route, an accept error).
 	Logger fasthttp.Logger
+	// LargeBodies are routes that read a body larger than MaxBodySize
+	// (file uploads), each with its own bound and read timeout; every
+	// other route keeps MaxBodySize.
+	LargeBodies []LargeBody
+}
+
+// LargeBody admits a larger request body on one route: method and exact
+// path (without the query).
+type LargeBody struct {
+	Method, Path string
+	// MaxBodySize is the route's body bound, bytes.
+	MaxBodySize int
+	// ReadTimeout replaces ReadTimeout for the route's requests; zero
+	// keeps it.
+	ReadTimeout time.Duration
 }
 
 func (c *ServerConfig) defaults() {
@@ -76,6 +91,7 @@ func NewServer(cfg ServerConfig, rt *Router, chat *Chat) *fasthttp.Server {
 	cfg.defaults()
 	e := rt.edge
 	e.maxHeaderBytes, e.maxURIBytes, e.maxBodySize = cfg.MaxHeaderBytes, cfg.MaxURIBytes, cfg.MaxBodySize
+	e.largeBodies = cfg.LargeBodies
 	s := &fasthttp.Server{
 		Handler:               rt.Handler(),
 		Name:                  "gateway",
@@ -89,6 +105,13 @@ func NewServer(cfg ServerConfig, rt *Router, chat *Chat) *fasthttp.Server {
 		Logger:                cfg.Logger,
 		ErrorHandler:          e.ParseError,
 		ExpectHandler:         e.expect,
+		// A multipart body is read as bytes like any other: fasthttp
+		// would otherwise spool its files to disk before the route (and
+		// its key check) runs.
+		DisablePreParseMultipartForm: true,
+	}
+	if len(cfg.LargeBodies) > 0 {
+		s.HeaderReceived = e.requestConfig
 	}
 	if chat != nil {
 		chat.KeepAlive(s.ServeConn, cfg.IdleTimeout)
@@ -143,7 +166,11 @@ func (e *Edge) guard(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 // expect answers a request that waits for 100 Continue: one whose body
 // would be refused is refused before the client sends it.
 func (e *Edge) expect(ctx *fasthttp.RequestCtx) int {
-	if ctx.Request.Header.ContentLength() > e.maxBodySize {
+	limit := e.maxBodySize
+	if lb := e.largeBody(&ctx.Request.Header); lb != nil {
+		limit = lb.MaxBodySize
+	}
+	if ctx.Request.Header.ContentLength() > limit {
 		e.refuse(ctx, codec.ErrPayloadTooLarge, true)
 		return fasthttp.StatusRequestEntityTooLarge
 	}
@@ -330,4 +357,32 @@ func takeOver(conn net.Conn, ahead, buf []byte) (net.Conn, []byte) {
 		conn = k.Conn
 	}
 	return conn, ahead
+}
+
+// largeBody returns the LargeBody rule of the request's route, or nil.
+func (e *Edge) largeBody(h *fasthttp.RequestHeader) *LargeBody {
+	if len(e.largeBodies) == 0 {
+		return nil
+	}
+	uri := h.RequestURI()
+	if i := bytes.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	method := h.Method()
+	for i := range e.largeBodies {
+		lb := &e.largeBodies[i]
+		if string(uri) == lb.Path && string(method) == lb.Method {
+			return lb
+		}
+	}
+	return nil
+}
+
+// requestConfig gives a large-body route its own bound and read timeout
+// as soon as its header is read, before the body is.
+func (e *Edge) requestConfig(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if lb := e.largeBody(h); lb != nil {
+		return fasthttp.RequestConfig{MaxRequestBodySize: lb.MaxBodySize, ReadTimeout: lb.ReadTimeout}
+	}
+	return fasthttp.RequestConfig{}
 }

@@ -63,6 +63,9 @@ type chatIntent struct {
 	EffortSet bool
 	// HasTools is true when the request declares at least one tool.
 	HasTools bool
+	// HasFiles is true when a user message names file ids (the pin and
+	// the files scope already checked).
+	HasFiles bool
 	// Schema is the compiled response_format json_schema, or nil.
 	Schema *compiledSchema
 	// JSONObject is true for response_format json_object.
@@ -83,8 +86,10 @@ var (
 		Message: "file_ids: attaching files to chat messages requires the Gateway-Version pin " +
 			codec.VersionChatFileIDs.String() + " or later.",
 		Detail: codec.Detail{RequiredVersion: codec.VersionChatFileIDs.String()}}
-	errFileIDsScope    = scopeRefusal("file_ids", hotpath.FamilyFiles)
-	errFileNotFound    = &codec.Error{Code: codec.CodeFileNotFound, Message: "No such file."}
+	errFileIDsScope = scopeRefusal("file_ids", hotpath.FamilyFiles)
+	errTooManyFiles = &codec.Error{Code: codec.CodeInvalidRequest,
+		Message: "file_ids: at most " + strconv.Itoa(maxFilesPerMessage) + " files per message.",
+		Detail:  codec.Detail{Bound: "files_per_message", Limit: maxFilesPerMessage, HasLimit: true}}
 	errRecallScope     = scopeRefusal("memory.recall", hotpath.FamilyMemory)
 	errCaptureScope    = scopeRefusal("memory.capture", hotpath.FamilyMemory)
 	errRulesScope      = scopeRefusal("rules", hotpath.FamilyRules)
@@ -197,9 +202,10 @@ func checkChat(intent *chatIntent, req *codec.ChatRequest, wire chatWire, tiers 
 			return errFileIDsVersion
 		case !p.Scopes.Has(hotpath.FamilyFiles):
 			return errFileIDsScope
+		case len(m.FileIDs) > maxFilesPerMessage:
+			return errTooManyFiles
 		}
-		// No file store is wired yet, so no id names a readable file.
-		return errFileNotFound
+		intent.HasFiles = true
 	}
 
 	// memory and standing rules: native routes only; the OpenAI route

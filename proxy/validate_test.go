@@ -256,11 +256,16 @@ func TestValidateFileIDs(t *testing.T) {
 			code: codec.CodeInvalidRequest, msg: "file_ids", detail: codec.Detail{RequiredVersion: "2026-10-05"}},
 		{name: "key without files scope", body: withFiles, key: memoryKey, pinned: true, version: codec.VersionChatFileIDs,
 			code: codec.CodeKeyScopeForbidden, msg: "file_ids", detail: codec.Detail{RequiredScope: "files"}},
-		{name: "no such file", body: withFiles, key: filesKey, pinned: true,
-			code: codec.CodeFileNotFound, msg: "No such file."},
-		{name: "malformed id gets the same answer", body: messagesBody(`[{"role":"user","content":"hi","file_ids":["../../etc/passwd"]}]`), pinned: true, wire: chatV2,
-			code: codec.CodeFileNotFound, msg: "No such file."},
-		{name: "empty list names no file", body: messagesBody(`[{"role":"user","content":"hi","file_ids":[]}]`), anyWire: true},
+		// Whether an id names a readable file is the file source's to say
+		// (TestChatFileRefusalsBeforeUpstream); validation only marks the
+		// request as attaching files.
+		{name: "attaches files", body: withFiles, key: filesKey, pinned: true,
+			check: func(t *testing.T, p chatIntent) { require.True(t, p.HasFiles) }},
+		{name: "more than 20 files on a message", pinned: true, wire: chatV2,
+			body: messagesBody(`[{"role":"user","content":"hi","file_ids":["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17","18","19","20","21"]}]`),
+			code: codec.CodeInvalidRequest, msg: "at most 20 files", detail: codec.Detail{Bound: "files_per_message", Limit: 20, HasLimit: true}},
+		{name: "empty list names no file", body: messagesBody(`[{"role":"user","content":"hi","file_ids":[]}]`), anyWire: true,
+			check: func(t *testing.T, p chatIntent) { require.False(t, p.HasFiles) }},
 	})
 }
 

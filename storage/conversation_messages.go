@@ -45,6 +45,10 @@ type NewMessage struct {
 	// ToolCallID is set on tool messages only.
 	ToolCallID *string
 	FileIDs    []string
+	// FilesAt is the instant FileIDs are checked at: each must name a file
+	// of the author's in the organization, readable then (not deleted or
+	// expired); otherwise the append is a *FileMissingError.
+	FilesAt time.Time
 	// ParentID answers that message instead of the current leaf.
 	ParentID *string
 	// Root makes the message a new root beside the first message.
@@ -133,6 +137,16 @@ func (db *DB) AppendMessage(ctx context.Context, userID, orgID, convID string, n
 			case !errors.Is(err, pgx.ErrNoRows):
 				return fmt.Errorf("cannot read idempotent append: %w", err)
 			}
+		}
+		if len(n.FileIDs) > 0 {
+			missing, err := missingFile(ctx, tx, userID, orgID, n.FileIDs, n.FilesAt)
+			if err != nil {
+				return err
+			}
+			if missing != "" {
+				return &FileMissingError{ID: missing}
+			}
+			n.FileIDs = canonicalFileIDs(n.FileIDs)
 		}
 		r, err := appendLocked(ctx, tx, &conv, n)
 		if err != nil {
@@ -483,4 +497,19 @@ func readPath(ctx context.Context, q convQuerier, conv *Conversation, leaf strin
 		return out[:r.Limit], true, nil
 	}
 	return out, false, nil
+}
+
+// canonicalFileIDs spells each id as PostgreSQL prints it, dropping a
+// repeat that differed only in case, so that deleting the file finds it.
+func canonicalFileIDs(ids []string) []string {
+	out := make([]string, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		c := canonicalUUID(id)
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -43,6 +43,8 @@ type fileConfig struct {
 		// request. Default 8.
 		GuardConcurrency int `yaml:"guard_concurrency"`
 	} `yaml:"aux"`
+	// Files is read by files_config.go.
+	Files filesFile `yaml:"files"`
 }
 
 // providerConfig is an OpenAI-compatible endpoint. Its API key is read
@@ -125,6 +127,9 @@ type settings struct {
 	GuardConcurrency int
 	// Gates are the chat tiers' input moderation gates.
 	Gates map[string]proxy.GateConfig
+	// Files configures uploads, their store and chat's caps
+	// (files_config.go).
+	Files filesSettings
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -163,6 +168,10 @@ func loadSettings(path string) (settings, error) {
 	st.Bindings[hotpath.TierRerank] = binding{Provider: simProvider, UpstreamModel: "sim-rerank"}
 	st.Bindings[hotpath.TierGuard] = binding{Provider: simProvider, UpstreamModel: "guard-sim"}
 	st.defaultPlans()
+	var err error
+	if st.Files, err = loadFiles(filesFile{}); err != nil {
+		return st, err
+	}
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
@@ -244,6 +253,9 @@ func loadSettings(path string) (settings, error) {
 			return st, err
 		}
 		if st.SMTP, st.PublicBaseURL, err = loadMail(fc, st.SignIn.PublicURL); err != nil {
+			return st, err
+		}
+		if st.Files, err = loadFiles(fc.Files); err != nil {
 			return st, err
 		}
 	}

@@ -764,15 +764,16 @@ func TestConversationAppendRules(t *testing.T) {
 
 	t.Run("file_ids", func(t *testing.T) {
 		pin := []string{"Gateway-Version", "2026-10-06"}
+		fa, fb, fc := ada.uploadText(t, "a.txt", "a"), ada.uploadText(t, "b.txt", "b"), ada.uploadText(t, "c.txt", "c")
 		r := ada.do(t, "POST", path, map[string]any{"role": "user", "content": "see files",
-			"file_ids": []string{"file-b", "file-a", "file-b", "file-c"}}, pin...)
+			"file_ids": []string{fb, fa, fb, fc}}, pin...)
 		require.Equal(t, 201, r.status, "%s", r.raw)
-		require.Equal(t, []any{"file-b", "file-a", "file-c"}, r.body["message"].(map[string]any)["file_ids"],
+		require.Equal(t, []any{fb, fa, fc}, r.body["message"].(map[string]any)["file_ids"],
 			"in the order sent, a repeat attached once")
 		mid := r.body["message"].(map[string]any)["id"].(string)
 		read := ada.read(t, id, "?message_order=desc&message_limit=1")
 		require.Equal(t, mid, pathIDs(read)[0])
-		require.Equal(t, []any{"file-b", "file-a", "file-c"},
+		require.Equal(t, []any{fb, fa, fc},
 			read["messages"].(map[string]any)["data"].([]any)[0].(map[string]any)["file_ids"])
 
 		r = ada.do(t, "POST", path, map[string]any{"role": "user", "content": "no pin", "file_ids": []string{"f"}})
@@ -788,7 +789,11 @@ func TestConversationAppendRules(t *testing.T) {
 			many[i] = fmt.Sprintf("file-%d", i)
 		}
 		bad(t, map[string]any{"role": "user", "content": "x", "file_ids": many}, "20", pin...)
-		twenty := append(append([]string{}, many[:20]...), many[0]) // 21 ids, 20 distinct
+		real := make([]string, 20)
+		for i := range real {
+			real[i] = ada.uploadText(t, fmt.Sprintf("f%d.txt", i), "text")
+		}
+		twenty := append(append([]string{}, real...), real[0]) // 21 ids, 20 distinct
 		require.Equal(t, 201, ada.do(t, "POST", path, map[string]any{"role": "user", "content": "x", "file_ids": twenty}, pin...).status)
 		bad(t, map[string]any{"role": "assistant", "content": "x", "file_ids": []string{"f"}}, "file_ids", pin...)
 		bad(t, map[string]any{"role": "user", "content": "x", "file_ids": []any{1}}, "file_ids", pin...)

@@ -68,6 +68,9 @@ type serveConfig struct {
 	UpstreamMaxResponse, UpstreamMaxEvent int
 
 	dbConns *int
+	// now is the clock of file uploads, reads, expiry and the janitor;
+	// nil is time.Now. Tests inject one.
+	now func() time.Time
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -264,6 +267,8 @@ type app struct {
 	ledger   *storage.Ledger
 	counters *storage.RedisCounters
 	limits   *meter.Limits
+	files    *storage.Files
+	janitor  *control.FileJanitor
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -345,6 +350,22 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		a.db.Close()
 		return nil, err
 	}
+	var store storage.FileStore = &storage.PGFileStore{DB: a.db}
+	if st.Files.S3 != nil {
+		s3, err := storage.NewS3FileStore(*st.Files.S3)
+		if err == nil {
+			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+			err = s3.Check(cctx)
+			ccancel()
+		}
+		if err != nil {
+			a.db.Close()
+			return nil, fmt.Errorf("files store: %w", err)
+		}
+		store = s3
+	}
+	a.files = &storage.Files{DB: a.db, Store: store, Now: cfg.now}
+	a.janitor = &control.FileJanitor{Files: a.files, Log: log, Every: st.Files.JanitorInterval, Now: cfg.now}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
 	retention := &control.Retention{DB: a.db, Log: log, Every: cfg.RetentionInterval}
@@ -366,6 +387,9 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 			}
 		}()
 		defer func() { <-mailed }()
+		swept := make(chan struct{})
+		go func() { defer close(swept); a.janitor.Run(bg) }()
+		defer func() { <-swept }()
 		returned := make(chan struct{})
 		go func() {
 			defer close(returned)
@@ -425,15 +449,19 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set,
 		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive),
 		Aux: proxy.AuxConfig{Embed: ups[hotpath.TierEmbed], Rerank: ups[hotpath.TierRerank], Guard: ups[hotpath.TierGuard],
-			RerankShape: st.RerankShape, GuardConcurrency: st.GuardConcurrency}, Gates: st.Gates})
+			RerankShape: st.RerankShape, GuardConcurrency: st.GuardConcurrency}, Gates: st.Gates,
+		Files: a.files, MaxFileTokens: st.Files.MaxFileTokens, MaxTurnTokens: st.Files.MaxTurnTokens,
+		MaxImageBytes: st.Files.MaxImageBytes})
 	if err != nil {
 		a.shutdown()
 		return nil, err
 	}
 	chat.Register(rt)
 	a.chat = chat
+	filesAPI := st.Files.API
+	filesAPI.Store, filesAPI.Now = store, cfg.now
 	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit(), SignIn: st.SignIn,
-		Limits: limits, Mail: control.MailConfig{PublicBaseURL: st.PublicBaseURL}}
+		Limits: limits, Mail: control.MailConfig{PublicBaseURL: st.PublicBaseURL}, Files: filesAPI}
 	if mailer != nil {
 		a.api.Outbox = mailer
 	}
@@ -442,7 +470,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	// A connection whose stream completed serves the client's next request.
 	a.server = proxy.NewServer(proxy.ServerConfig{ReadTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout,
 		MaxBodySize: cfg.MaxBodySize, MaxHeaderBytes: cfg.MaxHeaderBytes, MaxURIBytes: cfg.MaxURIBytes,
-		Logger: fasthttpLogger{log}}, rt, chat)
+		Logger: fasthttpLogger{log}, LargeBodies: uploadBodies(&filesAPI, st.Files.UploadReadTimeout)}, rt, chat)
 	// Running out of descriptors under overload pauses accepting; it must
 	// never end it.
 	accept := proxy.KeepAccepting(a.ln, log)
@@ -580,4 +608,15 @@ type fasthttpLogger struct{ log *slog.Logger }
 
 func (l fasthttpLogger) Printf(format string, _ ...any) {
 	l.log.Debug(strings.TrimSpace(format), "source", "fasthttp")
+}
+
+// uploadBodies gives the upload route, on both versions, a body bound of
+// its own: the per-file limit and the form around it.
+func uploadBodies(f *control.FilesConfig, readTimeout time.Duration) []proxy.LargeBody {
+	var out []proxy.LargeBody
+	for _, p := range []string{"/api/v1/files", "/api/v2/files"} {
+		out = append(out, proxy.LargeBody{Method: fasthttp.MethodPost, Path: p, MaxBodySize: f.MaxUploadBody(),
+			ReadTimeout: readTimeout})
+	}
+	return out
 }
