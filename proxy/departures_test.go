@@ -167,7 +167,11 @@ func TestDeparturesAreNotInvalidRequests(t *testing.T) {
 // context_overflow the finished count would have given, and nothing of it
 // reaches the upstream.
 func TestDepartureStopsTheCount(t *testing.T) {
-	f := newLifecycleFixture(t, func(o *fixtureOptions) { o.server.MaxBodySize = 8 << 20 })
+	// A read timeout long enough for 6 MiB under the race detector on a
+	// busy machine: the body must be read whole for the count to start.
+	f := newLifecycleFixture(t, func(o *fixtureOptions) {
+		o.server.MaxBodySize, o.server.ReadTimeout = 8<<20, 30*time.Second
+	})
 	f.chat.watch.every = 5 * time.Millisecond
 	// Eight bytes a token and no word breaks: the count cannot stop early
 	// by the word bound and must read about 2 MiB to pass kavi's window.
