@@ -204,8 +204,9 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	f := newChatFixture(t)
 	for _, w := range goldenWires[:3] {
 		t.Run(w.name, func(t *testing.T) {
-			// A slow stream: 200 tokens, 20 ms apart.
-			body := `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x [[sim:tokens=200]] [[sim:itl_ms=20]] ` + w.name + `"}]}`
+			// A slow stream: 200 tokens, 100 ms apart, which would run
+			// for twenty seconds if the gateway did not cancel it.
+			body := `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x [[sim:tokens=200]] [[sim:itl_ms=100]] ` + w.name + `"}]}`
 			conn, err := f.rawDial()
 			require.NoError(t, err)
 			_, err = conn.Write([]byte("POST " + w.path + " HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + f.key +
@@ -220,7 +221,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 			// The gateway notices at its next frame and closes the upstream
 			// stream; its in-flight slot comes back.
 			// (The bounds are generous for a loaded machine under the race
-			// detector: the stream itself would run four more seconds.)
+			// detector, and still far short of the stream's own end.)
 			require.Eventually(t, func() bool { return f.chat.gate.InFlight() == 0 }, 10*time.Second, 5*time.Millisecond)
 			require.Eventually(t, func() bool { return metricValue(t, f, "gateway_chat_client_disconnects_total") >= 1 },
 				5*time.Second, 5*time.Millisecond)
