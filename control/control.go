@@ -43,8 +43,10 @@ type API struct {
 	// LoginLimiter paces the public sign-in routes per client address; nil
 	// uses an in-process limiter of SignIn.RateLimit per minute.
 	LoginLimiter LoginLimiter
-	signin       *signIn
-	draining     atomic.Bool
+	// Evals configures the eval routes and this process's runner.
+	Evals    EvalConfig
+	signin   *signIn
+	draining atomic.Bool
 }
 
 // Register adds the control plane's routes.
@@ -64,6 +66,7 @@ func (a *API) Register(r Registrar) {
 	a.registerLogs(r)
 	a.registerLimits(r)
 	a.registerConversations(r)
+	a.registerEvals(r)
 	a.registerSignIn(r)
 }
 
