@@ -157,15 +157,8 @@ func (r *EvalRunner) work(it *storage.EvalItem) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
-	held, err := r.DB.FinishEvalItem(ctx, it, out)
-	if err != nil {
+	if _, err := r.DB.FinishEvalItem(ctx, it, out, stopRun); err != nil {
 		r.logError("cannot write eval result", err)
-		return
-	}
-	if held && stopRun != "" {
-		if err := r.DB.StopEvalRun(ctx, it.RunID, storage.EvalRunFailed, stopRun); err != nil {
-			r.logError("cannot stop eval run", err)
-		}
 	}
 }
 

@@ -190,20 +190,22 @@ func (db *DB) StopEvalRun(ctx context.Context, id, status, reason string) error 
 	if reason != "" {
 		why = &reason
 	}
-	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `update eval_runs set status = $2, reason = $3, finished_at = now()
-			where id = $1 and status in ('queued', 'running')`, id, status, why)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err
-		}
-		_, err = tx.Exec(ctx, `update eval_results set status = 'cancelled', finished_at = now()
-			where run_id = $1 and status = 'queued'`, id)
-		return err
-	})
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return stopRun(ctx, tx, id, status, why) })
 	if err != nil {
 		return fmt.Errorf("cannot stop eval run: %w", err)
 	}
 	return nil
+}
+
+func stopRun(ctx context.Context, tx pgx.Tx, id, status string, why *string) error {
+	tag, err := tx.Exec(ctx, `update eval_runs set status = $2, reason = $3, finished_at = now()
+		where id = $1 and status in ('queued', 'running')`, id, status, why)
+	if err != nil || tag.RowsAffected() == 0 {
+		return err
+	}
+	_, err = tx.Exec(ctx, `update eval_results set status = 'cancelled', finished_at = now()
+		where run_id = $1 and status = 'queued'`, id)
+	return err
 }
 
 // EvalResult is one case and repeat of a run.
@@ -427,8 +429,10 @@ type EvalOutcome struct {
 
 // FinishEvalItem writes the item's result if the worker still holds its
 // claim, and completes the run when nothing is left; false when the claim
-// was lost and nothing was written.
-func (db *DB) FinishEvalItem(ctx context.Context, it *EvalItem, out EvalOutcome) (bool, error) {
+// was lost and nothing was written. A non-empty failRun ends the run failed
+// with that reason in the same transaction, so no other item is claimed
+// after the one that stopped it.
+func (db *DB) FinishEvalItem(ctx context.Context, it *EvalItem, out EvalOutcome, failRun string) (bool, error) {
 	var code *string
 	if out.ErrorCode != "" {
 		code = &out.ErrorCode
@@ -454,6 +458,11 @@ func (db *DB) FinishEvalItem(ctx context.Context, it *EvalItem, out EvalOutcome)
 			return err
 		}
 		held = true
+		if failRun != "" {
+			if err := stopRun(ctx, tx, it.RunID, EvalRunFailed, &failRun); err != nil {
+				return err
+			}
+		}
 		return closeDoneRuns(ctx, tx, it.RunID)
 	})
 	if err != nil {
