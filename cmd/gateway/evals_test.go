@@ -352,3 +352,175 @@ func TestEvalBudgets(t *testing.T) {
 	require.Equal(t, "workspace_spend_cap_exceeded", stop["reason"])
 	require.EqualValues(t, 3, stop["counts"].(map[string]any)["cancelled"])
 }
+
+// Bad input is 400 naming the field, never a partial write; another
+// workspace's or organization's ids are 404 with the eval codes.
+func TestEvalBadInputAndIsolation(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "owner@example.com")
+	c := evalClient{addr: ta.Addr(), key: tn.key}
+	suite := c.suite(t, "Checks")
+	base := "/api/v1/evals/suites/" + suite
+	user := []any{map[string]any{"role": "user", "content": "hi"}}
+	withAssertion := func(a any) map[string]any { return map[string]any{"messages": user, "assertions": []any{a}} }
+	long := strings.Repeat("x", 70<<10)
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+		code, field        string
+	}{
+		{"suite without name", "POST", "/api/v1/evals/suites", map[string]any{}, "invalid_request", "name"},
+		{"suite unknown tier", "POST", "/api/v1/evals/suites", map[string]any{"name": "x", "tier": "gpt-9"}, "invalid_request", "tier"},
+		{"suite bad slug", "POST", "/api/v1/evals/suites", map[string]any{"name": "x", "slug": "Not A Slug"}, "invalid_request", "slug"},
+		{"suite unknown field", "POST", "/api/v1/evals/suites", map[string]any{"name": "x", "tiers": "kavi"}, "invalid_request", "tiers"},
+		{"malformed json", "POST", "/api/v1/evals/suites", "{", "invalid_request", ""},
+		{"case without messages", "POST", base + "/cases", map[string]any{"assertions": []any{}}, "invalid_request", "messages"},
+		{"case bad role", "POST", base + "/cases", map[string]any{"messages": []any{map[string]any{"role": "robot", "content": "x"}}},
+			"invalid_request", "messages[0]"},
+		{"case too large", "POST", base + "/cases", map[string]any{"messages": []any{map[string]any{"role": "user", "content": long}}},
+			"invalid_request", "65536 bytes"},
+		{"unknown assertion", "POST", base + "/cases", withAssertion(map[string]any{"type": "similar", "value": "x"}),
+			"invalid_request", "assertions[0].type"},
+		{"assertion missing value", "POST", base + "/cases", withAssertion(map[string]any{"type": "contains"}),
+			"invalid_request", "assertions[0].value"},
+		{"assertion stray field", "POST", base + "/cases", withAssertion(map[string]any{"type": "equals", "value": "x", "pattern": "y"}),
+			"invalid_request", "assertions[0].pattern"},
+		{"invalid regex", "POST", base + "/cases", withAssertion(map[string]any{"type": "regex", "pattern": "(unclosed"}),
+			"invalid_request", "assertions[0].pattern"},
+		{"regex too long", "POST", base + "/cases", withAssertion(map[string]any{"type": "regex", "pattern": strings.Repeat("a", 600)}),
+			"invalid_request", "assertions[0].pattern"},
+		{"invalid schema", "POST", base + "/cases", withAssertion(map[string]any{"type": "json_schema", "schema": map[string]any{"type": 7}}),
+			"invalid_schema", "assertions[0].schema"},
+		{"unsupported keyword", "POST", base + "/cases", withAssertion(map[string]any{"type": "json_schema",
+			"schema": map[string]any{"type": "object", "if": map[string]any{}}}), "invalid_schema", "assertions[0].schema"},
+		{"tool_call bad arguments schema", "POST", base + "/cases", withAssertion(map[string]any{"type": "tool_call", "name": "f",
+			"arguments": "not a schema"}), "invalid_schema", "assertions[0].arguments"},
+		{"judge unknown tier", "POST", base + "/cases", withAssertion(map[string]any{"type": "judge", "rubric": "r", "tier": "zeta"}),
+			"invalid_request", "assertions[0].tier"},
+		{"bad response_format", "POST", base + "/cases", map[string]any{"messages": user,
+			"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "x", "schema": map[string]any{"type": 7}}}},
+			"invalid_schema", "response_format"},
+		{"run unknown tier", "POST", base + "/runs", map[string]any{"tier": "nope"}, "invalid_request", "tier"},
+		{"run concurrency", "POST", base + "/runs", map[string]any{"concurrency": 17}, "invalid_request", "concurrency"},
+		{"run repeat", "POST", base + "/runs", map[string]any{"repeat": 0}, "invalid_request", "repeat"},
+		{"run on_budget", "POST", base + "/runs", map[string]any{"on_budget": "pause"}, "invalid_request", "on_budget"},
+		{"run of an empty suite", "POST", base + "/runs", nil, "invalid_request", "no cases"},
+		{"bad cursor", "GET", "/api/v1/evals/suites?cursor=zzz", nil, "invalid_request", "cursor"},
+		{"bad limit", "GET", "/api/v1/evals/suites?limit=0", nil, "invalid_request", "limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := c.do(t, tc.method, tc.path, tc.body)
+			requireError(t, r, 400, tc.code, tc.field)
+		})
+	}
+	// Nothing above was stored.
+	require.EqualValues(t, 0, c.ok(t, 200, "GET", base, nil)["case_count"])
+	require.Len(t, c.ok(t, 200, "GET", "/api/v1/evals/suites", nil)["data"], 1)
+
+	// Slugs are derived from the name and unique in the workspace.
+	s := c.ok(t, 201, "POST", "/api/v1/evals/suites", map[string]any{"name": "Support — Replies!"})
+	require.Equal(t, "support-replies", s["slug"])
+	require.Equal(t, "auto", s["tier"])
+	requireError(t, c.do(t, "POST", "/api/v1/evals/suites", map[string]any{"name": "support replies"}), 409, "eval_suite_slug_exists")
+	requireError(t, c.do(t, "PATCH", "/api/v1/evals/suites/"+suite, map[string]any{"slug": "support-replies"}), 409, "eval_suite_slug_exists")
+
+	caseID := c.addCase(t, suite, "[[sim:reply=ok]]", eq("ok"))
+	runID := c.ok(t, 202, "POST", base+"/runs", nil)["id"].(string)
+	c.waitRun(t, runID, 10*time.Second)
+
+	// Another organization sees none of it.
+	other := evalClient{addr: ta.Addr(), key: newTenant(t, ta.dbURL, "other@example.com").key}
+	// Another workspace of the same organization neither.
+	ws := admin(t, ta.dbURL, "workspace", "create", "--org", tn.orgID, "--name", "Elsewhere")
+	wsKey := admin(t, ta.dbURL, "key", "create", "--user", tn.userID, "--org", tn.orgID, "--workspace", ws["id"].(string))
+	sibling := evalClient{addr: ta.Addr(), key: wsKey["access_token"].(string)}
+	for _, x := range []evalClient{other, sibling} {
+		require.Empty(t, x.ok(t, 200, "GET", "/api/v1/evals/suites", nil)["data"])
+		requireError(t, x.do(t, "GET", base, nil), 404, "eval_suite_not_found")
+		requireError(t, x.do(t, "PATCH", base, map[string]any{"name": "mine"}), 404, "eval_suite_not_found")
+		requireError(t, x.do(t, "DELETE", base, nil), 404, "eval_suite_not_found")
+		requireError(t, x.do(t, "GET", base+"/cases", nil), 404, "eval_suite_not_found")
+		requireError(t, x.do(t, "GET", base+"/cases/"+caseID, nil), 404, "eval_suite_not_found")
+		requireError(t, x.do(t, "POST", base+"/cases", map[string]any{"messages": user}), 404, "eval_suite_not_found")
+		requireError(t, x.do(t, "POST", base+"/runs", nil), 404, "eval_suite_not_found")
+		requireError(t, x.do(t, "GET", "/api/v1/evals/runs/"+runID, nil), 404, "eval_run_not_found")
+		requireError(t, x.do(t, "GET", "/api/v1/evals/runs/"+runID+"/results", nil), 404, "eval_run_not_found")
+		requireError(t, x.do(t, "POST", "/api/v1/evals/runs/"+runID+"/cancel", nil), 404, "eval_run_not_found")
+		requireError(t, x.do(t, "GET", "/api/v1/evals/runs/"+runID+"/events", nil), 404, "eval_run_not_found")
+		requireError(t, x.do(t, "GET", "/api/v1/evals/runs/"+runID+"/compare?baseline="+runID, nil), 404, "eval_run_not_found")
+	}
+	mine := c.ok(t, 202, "POST", base+"/runs", nil)["id"].(string)
+	requireError(t, other.do(t, "GET", "/api/v1/evals/runs/"+runID+"/compare?baseline="+mine, nil), 404, "eval_run_not_found")
+	requireError(t, c.do(t, "GET", base+"/cases/not-a-uuid", nil), 404, "eval_case_not_found")
+	requireError(t, c.do(t, "GET", "/api/v1/evals/runs/not-a-uuid", nil), 404, "eval_run_not_found")
+	requireError(t, c.do(t, "GET", "/api/v1/evals/suites/not-a-uuid", nil), 404, "eval_suite_not_found")
+
+	// The routes need the evals scope, and are mirrored on /api/v2.
+	scoped := admin(t, ta.dbURL, "key", "create", "--user", tn.userID, "--org", tn.orgID, "--scopes", "chat")
+	r := call(t, ta.Addr(), "GET", "/api/v1/evals/suites", scoped["access_token"].(string), nil)
+	requireError(t, r, 403, "key_scope_forbidden")
+	require.Equal(t, "evals", r.body["required_scope"])
+	require.Equal(t, suite, c.ok(t, 200, "GET", "/api/v2/evals/suites/"+suite, nil)["id"])
+	// Case CRUD.
+	require.Equal(t, "ok", c.ok(t, 200, "GET", base+"/cases/"+caseID, nil)["assertions"].([]any)[0].(map[string]any)["value"])
+	c.ok(t, 204, "DELETE", base+"/cases/"+caseID, nil)
+	requireError(t, c.do(t, "GET", base+"/cases/"+caseID, nil), 404, "eval_case_not_found")
+	require.EqualValues(t, 0, c.ok(t, 200, "GET", base, nil)["case_count"])
+	// Runs keep their snapshot of a deleted case.
+	require.Len(t, c.results(t, runID), 1)
+}
+
+// Import adds JSON Lines of cases atomically: one bad line refuses all,
+// naming the line.
+func TestEvalImport(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "import@example.com")
+	c := evalClient{addr: ta.Addr(), key: tn.key}
+	suite := c.suite(t, "Imported")
+	path := "/api/v1/evals/suites/" + suite + "/cases:import"
+	line := func(text string) string {
+		return `{"messages":[{"role":"user","content":"` + text + `"}],"assertions":[{"type":"equals","value":"ok"}]}`
+	}
+	bad := line("a") + "\n" + line("b") + "\n" + `{"messages":[{"role":"user","content":"c"}],"assertions":[{"type":"regex","pattern":"("}]}` + "\n"
+	r := c.do(t, "POST", path, bad)
+	requireError(t, r, 400, "invalid_request", "line 3: assertions[0].pattern")
+	require.EqualValues(t, 0, c.ok(t, 200, "GET", "/api/v1/evals/suites/"+suite, nil)["case_count"])
+
+	var b strings.Builder
+	for i := range 30 {
+		b.WriteString(line(fmt.Sprintf("[[sim:reply=%s]]", map[bool]string{true: "ok", false: "no"}[i%3 != 0])))
+		b.WriteString("\n\n")
+	}
+	out := c.ok(t, 201, "POST", path, b.String())
+	require.EqualValues(t, 30, out["imported"])
+	require.EqualValues(t, 30, c.ok(t, 200, "GET", "/api/v1/evals/suites/"+suite, nil)["case_count"])
+
+	var many strings.Builder
+	for range 1001 {
+		many.WriteString(line("x") + "\n")
+	}
+	requireError(t, c.do(t, "POST", path, many.String()), 400, "invalid_request", "1000")
+
+	// The cases list pages by keyset, oldest first.
+	seen := map[string]bool{}
+	cursor := ""
+	for {
+		page := c.ok(t, 200, "GET", "/api/v1/evals/suites/"+suite+"/cases?limit=7"+cursor, nil)
+		for _, x := range page["data"].([]any) {
+			id := x.(map[string]any)["id"].(string)
+			require.False(t, seen[id])
+			seen[id] = true
+		}
+		next, _ := page["next_cursor"].(string)
+		if next == "" {
+			break
+		}
+		cursor = "&cursor=" + next
+	}
+	require.Len(t, seen, 30)
+
+	run := c.ok(t, 202, "POST", "/api/v1/evals/suites/"+suite+"/runs", map[string]any{"concurrency": 16})
+	run = c.waitRun(t, run["id"].(string), 30*time.Second)
+	require.EqualValues(t, 20, run["counts"].(map[string]any)["passed"])
+	require.InDelta(t, 20.0/30, run["pass_rate"], 0.0001)
+}
