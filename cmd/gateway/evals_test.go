@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/big"
 	"net/http"
 	"strings"
 	"testing"
@@ -204,14 +205,12 @@ func TestEvalRunScores(t *testing.T) {
 	require.Positive(t, cost)
 	run = c.ok(t, 200, "GET", "/api/v1/evals/runs/"+runID, nil)
 	require.Equal(t, string(codec.AppendDecimal(nil, cost, 12)), fmt.Sprint(run["cost"].(map[string]any)["amount"]))
-	var sum float64
+	var sum int64
 	for _, r := range results {
-		var amount float64
-		_, err := fmt.Sscan(fmt.Sprint(r["cost"].(map[string]any)["amount"]), &amount)
-		require.NoError(t, err)
-		sum += amount
+		sum += picoOf(t, r["cost"])
 	}
-	require.InDelta(t, float64(cost)/1e12, sum, 1e-9, "results' costs add up to the ledger's")
+	require.Equal(t, cost, sum, "results' costs add up to the ledger's")
+	require.Equal(t, cost, picoOf(t, run["cost"]))
 
 	// The ledger rows are eval traffic on the key, like any chat call.
 	logged := c.ok(t, 200, "GET", "/api/v1/logs/eval-"+results[0]["id"].(string)+"-1", nil)
@@ -523,4 +522,14 @@ func TestEvalImport(t *testing.T) {
 	run = c.waitRun(t, run["id"].(string), 30*time.Second)
 	require.EqualValues(t, 20, run["counts"].(map[string]any)["passed"])
 	require.InDelta(t, 20.0/30, run["pass_rate"], 0.0001)
+}
+
+// picoOf reads a cost object's amount in picoUSD.
+func picoOf(t *testing.T, v any) int64 {
+	t.Helper()
+	r, ok := new(big.Rat).SetString(fmt.Sprint(v.(map[string]any)["amount"]))
+	require.True(t, ok, "%v", v)
+	r.Mul(r, new(big.Rat).SetInt64(1e12))
+	require.True(t, r.IsInt(), "%v", v)
+	return r.Num().Int64()
 }
