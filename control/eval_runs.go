@@ -323,7 +323,7 @@ func (a *API) evalRunEvents(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	}
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-store")
-	db, log := a.DB, a.Log
+	db, log, draining := a.DB, a.Log, &a.draining
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		run := first
 		var last []byte
@@ -351,6 +351,11 @@ func (a *API) evalRunEvents(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 				}
 			}
 			time.Sleep(evalEventsEvery)
+			if draining.Load() {
+				// The process is shutting down: the client reconnects to
+				// another and reads on from the run's state there.
+				return
+			}
 			qctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 			next, err := db.EvalRun(qctx, o, runID)
 			cancel()

@@ -349,12 +349,16 @@ func (db *DB) ClaimEvalItem(ctx context.Context, lease time.Duration, fleetCap i
 		}
 		var x EvalItem
 		var body []byte
-		err := tx.QueryRow(ctx, `with pick as (
-				select r.id from eval_results r join eval_runs u on u.id = r.run_id
+		// Each active run's running count is taken once, not once per
+		// candidate item.
+		err := tx.QueryRow(ctx, `with open as (
+				select u.id, u.created_at from eval_runs u
 				where u.status in ('queued', 'running')
-				  and (r.status = 'queued' or (r.status = 'running' and r.lease_until < now()))
-				  and (select count(*) from eval_results x where x.run_id = r.run_id
-				       and x.status = 'running' and x.lease_until >= now()) < u.concurrency
+				  and (select count(*) from eval_results x where x.run_id = u.id
+				       and x.status = 'running' and x.lease_until >= now()) < u.concurrency),
+			pick as (
+				select r.id from eval_results r join open u on u.id = r.run_id
+				where r.status = 'queued' or (r.status = 'running' and r.lease_until < now())
 				order by u.created_at, u.id, r.case_seq, r.repeat
 				limit 1 for update of r skip locked)
 			update eval_results r set status = 'running', lease_token = gen_random_uuid(),

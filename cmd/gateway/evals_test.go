@@ -460,6 +460,12 @@ func TestEvalBadInputAndIsolation(t *testing.T) {
 	requireError(t, r, 403, "key_scope_forbidden")
 	require.Equal(t, "evals", r.body["required_scope"])
 	require.Equal(t, suite, c.ok(t, 200, "GET", "/api/v2/evals/suites/"+suite, nil)["id"])
+	// A read-only key reads but starts nothing: a run spends money.
+	ro := admin(t, ta.dbURL, "key", "create", "--user", tn.userID, "--org", tn.orgID, "--read-only")
+	reader := evalClient{addr: ta.Addr(), key: ro["access_token"].(string)}
+	require.Equal(t, suite, reader.ok(t, 200, "GET", base, nil)["id"])
+	requireError(t, reader.do(t, "POST", base+"/runs", nil), 403, "key_read_only")
+	requireError(t, reader.do(t, "POST", "/api/v1/evals/suites", map[string]any{"name": "ro"}), 403, "key_read_only")
 	// Case CRUD.
 	require.Equal(t, "ok", c.ok(t, 200, "GET", base+"/cases/"+caseID, nil)["assertions"].([]any)[0].(map[string]any)["value"])
 	c.ok(t, 204, "DELETE", base+"/cases/"+caseID, nil)
