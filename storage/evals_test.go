@@ -15,6 +15,11 @@ import (
 // evalRun makes a suite of n cases and a run of it.
 func evalRun(t *testing.T, db *storage.DB, n, concurrency int) (storage.EvalOwner, storage.EvalRun) {
 	t.Helper()
+	return benchRun(t, db, n, concurrency)
+}
+
+func benchRun(t testing.TB, db *storage.DB, n, concurrency int) (storage.EvalOwner, storage.EvalRun) {
+	t.Helper()
 	ctx := context.Background()
 	org, err := db.CreateOrg(ctx, "Evals")
 	require.NoError(t, err)

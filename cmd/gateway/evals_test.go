@@ -539,3 +539,37 @@ func picoOf(t *testing.T, v any) int64 {
 	require.True(t, r.IsInt(), "%v", v)
 	return r.Num().Int64()
 }
+
+// The run is made under the key that started it, looked up for every
+// item: once the key is revoked the run ends failed with key_revoked.
+func TestEvalRevokedKeyEndsTheRun(t *testing.T) {
+	ta := startTestApp(t, func(c *serveConfig) { c.Eval.Workers = 1 })
+	tn := newTenant(t, ta.dbURL, "revoked@example.com")
+	c := evalClient{addr: ta.Addr(), key: tn.key}
+	suite := c.suite(t, "Revoked")
+	for range 5 {
+		c.addCase(t, suite, "[[sim:ttft_ms=300]] [[sim:reply=ok]]", eq("ok"))
+	}
+	runID := c.ok(t, 202, "POST", "/api/v1/evals/suites/"+suite+"/runs", map[string]any{"concurrency": 1})["id"].(string)
+	require.Eventually(t, func() bool {
+		return c.ok(t, 200, "GET", "/api/v1/evals/runs/"+runID, nil)["counts"].(map[string]any)["running"] == 1.0
+	}, 5*time.Second, 10*time.Millisecond)
+	admin(t, ta.dbURL, "key", "revoke", "--key-id", tn.keyID)
+
+	// Another key of the same user and organization reads the same space.
+	other := admin(t, ta.dbURL, "key", "create", "--user", tn.userID, "--org", tn.orgID)
+	reader := evalClient{addr: ta.Addr(), key: other["access_token"].(string)}
+	run := reader.waitRun(t, runID, 10*time.Second)
+	require.Equal(t, "failed", run["status"])
+	require.Equal(t, "key_revoked", run["reason"])
+	counts := run["counts"].(map[string]any)
+	require.EqualValues(t, 1, counts["errored"])
+	require.Positive(t, counts["cancelled"])
+	var codes []any
+	for _, r := range reader.results(t, runID) {
+		if r["status"] == "errored" {
+			codes = append(codes, r["error_code"])
+		}
+	}
+	require.Equal(t, []any{"unauthorized"}, codes)
+}
