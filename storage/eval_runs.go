@@ -362,10 +362,10 @@ func (db *DB) ClaimEvalItem(ctx context.Context, lease time.Duration, fleetCap i
 				order by u.created_at, u.id, r.case_seq, r.repeat
 				limit 1 for update of r skip locked)
 			update eval_results r set status = 'running', lease_token = gen_random_uuid(),
-				lease_until = now() + $1::interval, attempts = r.attempts + 1
+				lease_until = now() + $1 * interval '1 millisecond', attempts = r.attempts + 1
 			from pick where r.id = pick.id
 			returning r.id, r.run_id, r.case_id, r.repeat, r.attempts, r.body, r.lease_token`,
-			lease.String()).Scan(&x.ID, &x.RunID, &x.CaseID, &x.Repeat, &x.Attempt, &body, &x.Token)
+			lease.Milliseconds()).Scan(&x.ID, &x.RunID, &x.CaseID, &x.Repeat, &x.Attempt, &body, &x.Token)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -401,8 +401,8 @@ func closeDoneRuns(ctx context.Context, tx pgx.Tx, runID string) error {
 
 // ExtendEvalLease renews a claim; false when the worker no longer holds it.
 func (db *DB) ExtendEvalLease(ctx context.Context, it *EvalItem, lease time.Duration) (bool, error) {
-	tag, err := db.Pool.Exec(ctx, `update eval_results set lease_until = now() + $3::interval
-		where id = $1 and lease_token = $2 and status = 'running'`, it.ID, it.Token, lease.String())
+	tag, err := db.Pool.Exec(ctx, `update eval_results set lease_until = now() + $3 * interval '1 millisecond'
+		where id = $1 and lease_token = $2 and status = 'running'`, it.ID, it.Token, lease.Milliseconds())
 	if err != nil {
 		return false, fmt.Errorf("cannot extend eval lease: %w", err)
 	}

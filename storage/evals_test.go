@@ -57,6 +57,9 @@ func TestEvalClaimCaps(t *testing.T) {
 		seen[it.ID] = true
 		require.Equal(t, run.ID, it.RunID)
 		require.Equal(t, 1, it.Attempt)
+		var left time.Duration
+		require.NoError(t, db.Pool.QueryRow(ctx, `select lease_until - now() from eval_results where id = $1`, it.ID).Scan(&left))
+		require.InDelta(t, time.Minute.Seconds(), left.Seconds(), 5, "the lease is the one asked for")
 	}
 	it, err := db.ClaimEvalItem(ctx, time.Minute, 100)
 	require.NoError(t, err)
