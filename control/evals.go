@@ -127,11 +127,6 @@ func evalError(err error, notFound *codec.Error) error {
 	return storageError(err, notFound)
 }
 
-func pathParam(ctx *fasthttp.RequestCtx, name string) string {
-	s, _ := ctx.UserValue(name).(string)
-	return s
-}
-
 func evalTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func evalOptTime(t *time.Time) *string {

@@ -1,9 +1,10 @@
 -- Evals: suites of cases, runs, and one result row per case and repeat,
 -- which is also the run's work item in the durable queue (docs/evals.md).
 --
--- Ownership is (org_id, workspace_id): a key bound to no workspace works in
--- its organization's unassigned space, workspace_id null. Every query
--- filters on both.
+-- Ownership is (org_id, workspace_id): the key's workspace, its
+-- organization's default one when the key is bound to none. workspace_id
+-- stays nullable so that a key record without any workspace still has a
+-- space of its own. Every query filters on both.
 
 create table eval_suites (
     id            uuid primary key default gen_random_uuid(),
