@@ -44,7 +44,7 @@ func TestEvalRunSurvivesKilledProcess(t *testing.T) {
 	ca := evalClient{addr: a.Addr, key: tn.key}
 	suite := ca.suite(t, "Durable")
 	for range 6 {
-		ca.addCase(t, suite, "[[sim:ttft_ms=1500]] [[sim:reply=ok]]", eq("ok"))
+		ca.addCase(t, suite, "[[sim:ttft_ms=6000]] [[sim:reply=ok]]", eq("ok"))
 	}
 	runID := ca.ok(t, 202, "POST", "/api/v1/evals/suites/"+suite+"/runs", map[string]any{"concurrency": 4})["id"].(string)
 	require.Eventually(t, func() bool {
@@ -52,11 +52,16 @@ func TestEvalRunSurvivesKilledProcess(t *testing.T) {
 		return counts["running"] == 4.0
 	}, 10*time.Second, 20*time.Millisecond, "the first process claims up to the run's concurrency")
 
+	// Each call takes six seconds: the second process starts, and the
+	// first dies, while all four are still in flight.
 	b := start()
+	cb := evalClient{addr: b.Addr, key: tn.key}
+	before := cb.ok(t, 200, "GET", "/api/v1/evals/runs/"+runID, nil)["counts"].(map[string]any)
 	require.NoError(t, syscall.Kill(a.PID, syscall.SIGKILL))
 	killed := time.Now()
+	require.EqualValues(t, 4, before["running"], "%v", before)
+	require.EqualValues(t, 0, before["passed"], "%v", before)
 
-	cb := evalClient{addr: b.Addr, key: tn.key}
 	run := cb.waitRun(t, runID, 60*time.Second)
 	require.Equal(t, "completed", run["status"], "%v", run)
 	require.Greater(t, time.Since(killed), 2*time.Second, "claims were retried only after their leases lapsed")
