@@ -48,6 +48,8 @@ type API struct {
 	// LoginLimiter paces the public sign-in routes per client address; nil
 	// uses an in-process limiter of SignIn.RateLimit per minute.
 	LoginLimiter LoginLimiter
+	// Evals configures the eval routes and this process's runner.
+	Evals EvalConfig
 	// Mail configures the invitation messages.
 	Mail MailConfig
 	// Outbox is woken when an invitation's message is written; nil leaves
@@ -85,6 +87,7 @@ func (a *API) Register(r Registrar) {
 	a.registerWorkspaces(r)
 	a.registerPrompts(r)
 	a.registerFiles(r)
+	a.registerEvals(r)
 	a.registerSignIn(r)
 }
 

@@ -147,11 +147,8 @@ func (v *Verifier) VerifyUser(authorization []byte) (*Principal, *codec.Error) {
 		return nil, cerr
 	}
 	p := e.user
-	if p.Revoked || p.ExpiresAt != 0 && time.Now().Unix() >= p.ExpiresAt {
-		return nil, codec.ErrUnauthorized
-	}
-	if p.Suspended {
-		return nil, codec.ErrAccountSuspended
+	if cerr := p.Refusal(time.Now().Unix()); cerr != nil {
+		return nil, cerr
 	}
 	return p, nil
 }

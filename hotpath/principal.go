@@ -1,6 +1,10 @@
 package hotpath
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/edgegw/gateway/codec"
+)
 
 // KeyKind is the kind of a user key.
 type KeyKind uint8
@@ -120,6 +124,19 @@ func (p *Principal) CounterKeys() CounterKeys {
 		return p.counterKeys
 	}
 	return p.buildCounterKeys()
+}
+
+// Refusal is why the key cannot be used at Unix time now: unauthorized
+// when it is revoked or expired, account_suspended when its owner is
+// suspended; nil when it can.
+func (p *Principal) Refusal(now int64) *codec.Error {
+	if p.Revoked || p.ExpiresAt != 0 && now >= p.ExpiresAt {
+		return codec.ErrUnauthorized
+	}
+	if p.Suspended {
+		return codec.ErrAccountSuspended
+	}
+	return nil
 }
 
 // CreditsCapMicros is a headless key's whole credit: granted plus

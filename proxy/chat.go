@@ -284,6 +284,10 @@ type turn struct {
 	files     []attached
 	fileFloor int
 
+	// result, when set, receives the outcome of a turn run in-process
+	// (Complete); such a turn never streams.
+	result *hotpath.TurnResult
+
 	// Admission: the key's concurrency slot and the budgets reserved.
 	principal *hotpath.Principal
 	charge    meter.Charge
@@ -375,12 +379,19 @@ var errConcurrency = &codec.Error{Code: codec.CodeRateLimited,
 	Detail:  codec.Detail{Reason: "concurrency", RetryAfter: 1}}
 
 func (ch *Chat) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire chatWire) (err error) {
+	return ch.serveTurn(ctx, c, wire, nil)
+}
+
+// serveTurn is serve; a non-nil result asks for the turn's outcome as well
+// (Complete), and then a stream is refused.
+func (ch *Chat) serveTurn(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire chatWire, result *hotpath.TurnResult) (err error) {
 	if !ch.gate.TryAcquire() {
 		ch.peekRate(ctx, c, errConcurrency)
 		return errConcurrency
 	}
 	t := acquireTurn()
 	t.ch, t.wire, t.start, t.keyID, t.principal = ch, wire, c.Start, c.User.KeyID, c.User
+	t.result = result
 	t.requestID = append(t.requestID, c.ID()...)
 	streaming := false
 	defer func() {
@@ -477,6 +488,9 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	}
 	if cerr := codec.DecodeRequest(body, &t.req); cerr != nil {
 		return false, cerr
+	}
+	if t.result != nil && t.req.Stream {
+		return false, errTurnStream
 	}
 	intent, cerr := validateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
 	if cerr != nil {
@@ -828,6 +842,11 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		t.answer.Reasoning = c.Reasoning
 	}
 	t.settleBill(&c.Usage, c.HasUsage, c.Content, c.Reasoning)
+	if r := t.result; r != nil {
+		text, _ := unquote(c.Content)
+		r.Content, r.Finish = string(text), t.answer.Finish
+		r.ToolCalls = append([]byte(nil), c.ToolCalls...)
+	}
 	if cerr := t.checkStructured(c.Content); cerr != nil {
 		abandon(claim) // billed, and a retry may pass: nothing is stored
 		return cerr

@@ -171,6 +171,21 @@ func (db *DB) ListKeys(ctx context.Context, userID, orgID string) ([]KeyInfo, er
 
 // LookupKey implements hotpath.KeySource.
 func (db *DB) LookupKey(ctx context.Context, h hotpath.TokenHash) (*hotpath.Principal, error) {
+	return db.lookupKey(ctx, "k.hash = $1", h[:])
+}
+
+// LookupKeyByID reads a key's record by its id, for work done later on the
+// key's behalf (an eval run): revocation, suspension and caps as they are
+// now. An unknown id is hotpath.ErrKeyNotFound.
+func (db *DB) LookupKeyByID(ctx context.Context, keyID string) (*hotpath.Principal, error) {
+	p, err := db.lookupKey(ctx, "k.id = $1", keyID)
+	if pgErrCode(err) == "22P02" {
+		return nil, hotpath.ErrKeyNotFound
+	}
+	return p, err
+}
+
+func (db *DB) lookupKey(ctx context.Context, where string, arg any) (*hotpath.Principal, error) {
 	p := &hotpath.Principal{SpendCapMicros: -1, CreditsMicros: -1, WorkspaceCapMicros: -1}
 	var kind string
 	var scopes []string
@@ -185,7 +200,7 @@ func (db *DB) LookupKey(ctx context.Context, h hotpath.TokenHash) (*hotpath.Prin
 		left join memberships m on m.org_id = k.org_id and m.user_id = k.user_id
 		left join organizations o on o.id = k.org_id
 		left join workspaces w on w.id = k.workspace_id or (k.workspace_id is null and w.org_id = k.org_id and w.is_default)
-		where k.hash = $1`, h[:]).Scan(&p.KeyID, &p.UserID, &p.OrgID, &kind, &scopes, &p.Models, &p.ReadOnly,
+		where `+where, arg).Scan(&p.KeyID, &p.UserID, &p.OrgID, &kind, &scopes, &p.Models, &p.ReadOnly,
 		&spendCap, &credits, &p.CreditsAdjustMicros, &workspace, &workspaceCap, &expires, &p.Revoked, &p.Suspended,
 		&role, &orgName, &plan)
 	if errors.Is(err, pgx.ErrNoRows) {

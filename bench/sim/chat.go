@@ -247,6 +247,8 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 		wanted = appendCallChunks(wanted, r.calls)
 	case isGuard(req.Model):
 		wanted = appendTextChunks(wanted, guardVerdict(msgs, lastUser, &d))
+	case d.hasReply:
+		wanted = appendTextChunks(wanted, d.reply)
 	case d.json || d.jsonInvalid || (req.ResponseFormat != nil && req.ResponseFormat.Type != "" && req.ResponseFormat.Type != "text"):
 		text, err := jsonContent(req.ResponseFormat, d.jsonInvalid, seed)
 		if err != nil {

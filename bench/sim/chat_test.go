@@ -279,3 +279,26 @@ func TestChatStreamFlushesEachFrame(t *testing.T) {
 	s := readSSE(t, resp.Body)
 	require.True(t, s.done)
 }
+
+func TestChatReplyDirective(t *testing.T) {
+	h := newHarness(t, Config{})
+	for _, tc := range []struct {
+		name, text, want string
+		extra            []any
+	}{
+		{name: "exact text", text: "Hi [[sim:reply=Hello, world.]]", want: "Hello, world."},
+		{name: "spaces kept", text: "[[sim:reply= two  spaces ]]", want: " two  spaces "},
+		{name: "later wins", text: "[[sim:reply=first]] [[sim:reply=second]]", want: "second"},
+		{name: "beats a json format", text: `[[sim:reply={"pass":true,"reason":"ok"}]]`, want: `{"pass":true,"reason":"ok"}`,
+			extra: []any{"response_format", map[string]any{"type": "json_object"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, _ := h.postJSON("/v1/chat/completions", chat(tc.text, tc.extra...), http.StatusOK)
+			require.Equal(t, tc.want, dig(t, v, "choices.0.message.content"))
+			require.Equal(t, "stop", dig(t, v, "choices.0.finish_reason"))
+		})
+	}
+	t.Run("without a value", func(t *testing.T) {
+		h.postJSON("/v1/chat/completions", chat("[[sim:reply]]"), http.StatusBadRequest)
+	})
+}

@@ -49,6 +49,8 @@ type directives struct {
 	faultAfter  int // N of stall_after and malformed_after
 	unsafe      bool
 	hazards     []string
+	reply       string
+	hasReply    bool
 	garbled     bool // guard: a reply that is not a verdict
 	tie         bool // rerank: every document scores the same
 }
@@ -72,13 +74,14 @@ func parseDirectives(text string) (directives, error) {
 		body := text[:j]
 		text = text[j+2:]
 		name, value, hasValue := strings.Cut(body, "=")
-		if err := d.set(strings.TrimSpace(name), strings.TrimSpace(value), hasValue); err != nil {
+		if err := d.set(strings.TrimSpace(name), value, hasValue); err != nil {
 			return d, fmt.Errorf("simulator directive [[sim:%s]]: %w", body, err)
 		}
 	}
 }
 
-func (d *directives) set(name, value string, hasValue bool) error {
+func (d *directives) set(name, rawValue string, hasValue bool) error {
+	value := strings.TrimSpace(rawValue)
 	count := func(limit int) (int, error) {
 		n, err := strconv.Atoi(value)
 		if err != nil || n < 0 || n > limit {
@@ -134,6 +137,12 @@ func (d *directives) set(name, value string, hasValue bool) error {
 		default:
 			err = errors.New("want stop, length, content_filter or tool_calls")
 		}
+	case "reply":
+		if !hasValue {
+			return errors.New("wants =TEXT, the reply's content")
+		}
+		// The value is the text as written, spaces and all.
+		d.reply, d.hasReply = rawValue, true
 	case "json":
 		d.json, d.jsonInvalid, err = true, false, flag()
 	case "json_invalid":

@@ -69,6 +69,9 @@
 //	[[sim:json_invalid]]      content is JSON the schema refuses (a required property
 //	                          left out, or a wrong type); without a schema, an
 //	                          unterminated object
+//	[[sim:reply=TEXT]]        content is exactly TEXT (which cannot hold "]]"), as
+//	                          written: spaces kept, no JSON check; tool calls and the
+//	                          guard model take precedence
 //	[[sim:unsafe=S1,S10]]     guard model: answer unsafe with these codes
 //	                          ([[sim:unsafe]] alone: unsafe with no code line)
 //	[[sim:garbled]]           guard model: answer text that is not a verdict

@@ -29,6 +29,7 @@ func testConfig(dbURL string) serveConfig {
 		Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DB: storage.Config{URL: dbURL}, Migrate: true,
 		LogLevel: "debug", LogFormat: "json", AccessLog: true, MaxBodySize: 1 << 20,
 		ReadTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second, IdempotencyTTL: time.Hour,
+		Eval: evalFlags{Workers: 4, Fleet: 32, Lease: 30 * time.Second, Poll: 100 * time.Millisecond},
 	}
 }
 

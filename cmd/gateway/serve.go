@@ -62,6 +62,8 @@ type serveConfig struct {
 	MemoryReturn time.Duration
 	// Ledger configures the request log's writer and spool.
 	Ledger storage.LedgerConfig
+	// Eval configures this process's share of the eval queue.
+	Eval evalFlags
 
 	// UpstreamMaxResponse and UpstreamMaxEvent cap what an upstream sends
 	// back: a non-streaming body and one SSE event, bytes.
@@ -110,6 +112,10 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Ledger.BatchSize, "ledger-batch-size", 500, "request-log rows per insert statement")
 	fs.DurationVar(&c.Ledger.FlushInterval, "ledger-flush-interval", 200*time.Millisecond, "longest a request-log row waits for its batch")
 	fs.DurationVar(&c.Ledger.WriteTimeout, "ledger-write-timeout", 5*time.Second, "bound of one request-log batch statement")
+	fs.IntVar(&c.Eval.Workers, "eval-workers", 8, "eval items this process runs at once (docs/evals.md); 0 leaves runs to other processes")
+	fs.IntVar(&c.Eval.Fleet, "eval-fleet-concurrency", 32, "eval items running at once across every process sharing the database, so evals never starve live traffic")
+	fs.DurationVar(&c.Eval.Lease, "eval-lease", 30*time.Second, "how long an eval item's claim lives without a heartbeat; a killed process's items are retried by another after it")
+	fs.DurationVar(&c.Eval.Poll, "eval-poll", 500*time.Millisecond, "how often an idle eval runner looks for queued work")
 	c.dbConns = dbConns
 }
 
@@ -184,6 +190,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.MemoryReturn < 0 {
 		return errors.New("memory-return-interval: must not be negative")
+	}
+	if err := c.Eval.validate(); err != nil {
+		return err
 	}
 	if err := c.Ledger.Validate(); err != nil {
 		return err
@@ -270,6 +279,9 @@ type app struct {
 	files    *storage.Files
 	janitor  *control.FileJanitor
 	stopOnce sync.Once
+	// evalStop stops the eval runner; evalDone closes when it has.
+	evalStop context.CancelFunc
+	evalDone chan struct{}
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -461,7 +473,8 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	filesAPI := st.Files.API
 	filesAPI.Store, filesAPI.Now = store, cfg.now
 	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit(), SignIn: st.SignIn,
-		Limits: limits, Mail: control.MailConfig{PublicBaseURL: st.PublicBaseURL}, Files: filesAPI}
+		Limits: limits, Mail: control.MailConfig{PublicBaseURL: st.PublicBaseURL}, Files: filesAPI,
+		Evals: a.startEvals(chat, log)}
 	if mailer != nil {
 		a.api.Outbox = mailer
 	}
@@ -547,6 +560,7 @@ func (a *app) stop() {
 		}
 		cancel()
 	}
+	a.stopEvals()
 	if a.admin != nil {
 		_ = a.admin.Close()
 	} else if a.adminLn != nil && a.server != nil {
