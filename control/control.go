@@ -52,7 +52,9 @@ type API struct {
 	// Outbox is woken when an invitation's message is written; nil leaves
 	// delivery to the next poll (or to the operator, when no SMTP server
 	// is configured).
-	Outbox   Waker
+	Outbox Waker
+	// Status builds GET /api/status; nil leaves the route out.
+	Status   *Status
 	signin   *signIn
 	draining atomic.Bool
 }
@@ -65,6 +67,9 @@ func (a *API) Register(r Registrar) {
 	}
 	r.Handle(fasthttp.MethodGet, "/api/health", public("health"), a.health)
 	r.Handle(fasthttp.MethodGet, "/api/ready", public("ready"), a.ready)
+	if a.Status != nil {
+		r.Handle(fasthttp.MethodGet, "/api/status", public("status"), a.status)
+	}
 	r.Handle(fasthttp.MethodGet, "/api/v1/me", user("me", hotpath.FamilyNone), a.me)
 	r.Handle(fasthttp.MethodGet, "/api/v1/service-token/self",
 		hotpath.Access{Name: "service_token_self", Auth: hotpath.AuthService}, a.serviceTokenSelf)

@@ -29,6 +29,8 @@ type fileConfig struct {
 	// SMTP and PublicBaseURL are read by smtp_config.go.
 	SMTP          smtpFile `yaml:"smtp"`
 	PublicBaseURL string   `yaml:"public_base_url"`
+	// Status is read by status_config.go.
+	Status statusFile `yaml:"status"`
 }
 
 // providerConfig is an OpenAI-compatible endpoint. Its API key is read
@@ -98,6 +100,8 @@ type settings struct {
 	// accept links (smtp_config.go).
 	SMTP          outbox.Config
 	PublicBaseURL string
+	// Status configures the probes of GET /api/status (status_config.go).
+	Status statusSettings
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -132,12 +136,12 @@ func loadSettings(path string) (settings, error) {
 		st.Bindings[t.Name] = binding{Provider: simProvider, UpstreamModel: "sim-" + t.Name, Reasons: t.Graded}
 	}
 	st.defaultPlans()
+	var fc fileConfig
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
 			return st, fmt.Errorf("config: %w", err)
 		}
-		var fc fileConfig
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		dec.KnownFields(true)
 		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
@@ -187,6 +191,10 @@ func loadSettings(path string) (settings, error) {
 		if err := tiers[i].Validate(); err != nil {
 			return st, fmt.Errorf("config tiers.%s.%w", tiers[i].Name, err)
 		}
+	}
+	var err error
+	if st.Status, err = loadStatus(fc.Status, tiers); err != nil {
+		return st, err
 	}
 	st.Tiers = tiers
 	return st, nil

@@ -51,9 +51,12 @@ type serveConfig struct {
 	StreamKeepAlive time.Duration
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
-	SimTTFT         time.Duration
-	SimITL          time.Duration
-	IdempotencyTTL  time.Duration
+	// StatusProbes runs the status prober here (one process of the fleet
+	// probes at a time, under an advisory lock).
+	StatusProbes   bool
+	SimTTFT        time.Duration
+	SimITL         time.Duration
+	IdempotencyTTL time.Duration
 	// RetentionInterval is how often this process runs the conversation
 	// retention job; zero disables it here.
 	RetentionInterval time.Duration
@@ -95,6 +98,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 120*time.Second, "how long a kept connection may wait for its next request before it is closed without a word")
 	fs.DurationVar(&c.StreamKeepAlive, "stream-keepalive-interval", 15*time.Second, "how long a stream may send its client nothing (a tier reasoning on a wire that hides reasoning, a silent upstream) before it sends an SSE comment line \": keep-alive\"; 0 sends none")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown, how long /api/ready answers 503 before the listener closes")
+	fs.BoolVar(&c.StatusProbes, "status-probes", true, "take part in probing the components of /api/status (one process of the fleet probes at a time, under a PostgreSQL advisory lock; every process reports its breakers); false only serves the document")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
 	fs.DurationVar(&c.SimTTFT, "sim-ttft", 0, "time to first token of the in-process simulator (tiers on provider sim)")
 	fs.DurationVar(&c.SimITL, "sim-itl", 0, "time between tokens of the in-process simulator")
@@ -264,9 +268,15 @@ type app struct {
 	ledger   *storage.Ledger
 	counters *storage.RedisCounters
 	limits   *meter.Limits
-	stopOnce sync.Once
-	cancel   context.CancelFunc
-	done     chan struct{}
+	metrics  *metrics.Set
+	status   *control.Status
+	// stopStatus ends the status prober; statusDone is closed when it has
+	// given its lead up.
+	stopStatus context.CancelFunc
+	statusDone chan struct{}
+	stopOnce   sync.Once
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 // keepAliveInterval maps the flag (0 sends none) to the chat setting (0 is
@@ -379,6 +389,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	}()
 
 	set := metrics.NewSet()
+	a.metrics = set
 	registerRuntimeMetrics(set, a)
 	if a.ledger, err = storage.NewLedger(a.db, cfg.Ledger, set, log); err != nil {
 		a.shutdown()
@@ -435,7 +446,17 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	if mailer != nil {
 		a.api.Outbox = mailer
 	}
+	if a.status, err = a.newStatus(st.Status, ups); err != nil {
+		a.shutdown()
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	a.api.Status = a.status
 	a.api.Register(rt)
+	if cfg.StatusProbes {
+		sctx, stopStatus := context.WithCancel(context.WithoutCancel(ctx))
+		a.stopStatus, a.statusDone = stopStatus, make(chan struct{})
+		go func() { defer close(a.statusDone); a.status.Run(sctx) }()
+	}
 
 	// A connection whose stream completed serves the client's next request.
 	a.server = proxy.NewServer(proxy.ServerConfig{ReadTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout,
@@ -490,6 +511,12 @@ func (a *app) closeListeners() {
 func (a *app) shutdown() { a.stopOnce.Do(a.stop) }
 
 func (a *app) stop() {
+	if a.stopStatus != nil {
+		// Give the probing lead up first, so another process takes it
+		// while this one drains.
+		a.stopStatus()
+		<-a.statusDone
+	}
 	if a.api != nil {
 		a.api.Drain()
 		if a.cfg.DrainDelay > 0 {
