@@ -517,6 +517,13 @@ func (a *app) stop() {
 		a.stopStatus()
 		<-a.statusDone
 	}
+	if a.status != nil {
+		// A lead taken by a caller of RunOnce (not Run) is given up too:
+		// the pool cannot close under the lock's connection.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		a.status.Close(ctx)
+		cancel()
+	}
 	if a.api != nil {
 		a.api.Drain()
 		if a.cfg.DrainDelay > 0 {
