@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -46,6 +47,9 @@ type Edge struct {
 	accessLog bool
 	errors    []*metrics.Counter // by codec.Code
 	panics    *metrics.Counter
+	// drain is where shutdown stands: serving, draining (every answer
+	// closes its connection) or closing (new requests are refused).
+	drain atomic.Int32
 
 	// The HTTP layer's limits (ServerConfig), checked before the route.
 	maxHeaderBytes, maxURIBytes, maxBodySize int

@@ -97,7 +97,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", 30*time.Second, "time allowed to read a request, from its first byte to its last (and a new connection's first byte); past it the request is 408")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 120*time.Second, "how long a kept connection may wait for its next request before it is closed without a word")
 	fs.DurationVar(&c.StreamKeepAlive, "stream-keepalive-interval", 15*time.Second, "how long a stream may send its client nothing (a tier reasoning on a wire that hides reasoning, a silent upstream) before it sends an SSE comment line \": keep-alive\"; 0 sends none")
-	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown, how long /api/ready answers 503 before the listener closes")
+	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown (SIGTERM), the grace during which /api/ready answers 503 while requests are still served, each answer closing its connection, before the listener closes; set it above the load balancer's readiness check interval")
 	fs.BoolVar(&c.StatusProbes, "status-probes", true, "take part in probing the components of /api/status (one process of the fleet probes at a time, under a PostgreSQL advisory lock; every process reports its breakers); false only serves the document")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
 	fs.DurationVar(&c.SimTTFT, "sim-ttft", 0, "time to first token of the in-process simulator (tiers on provider sim)")
@@ -269,6 +269,7 @@ type app struct {
 	counters *storage.RedisCounters
 	limits   *meter.Limits
 	metrics  *metrics.Set
+	edge     *proxy.Edge
 	status   *control.Status
 	// stopStatus ends the status prober; statusDone is closed when it has
 	// given its lead up.
@@ -413,6 +414,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	set.NewGauge(`gateway_limits_unmetered_total`, func() float64 { return float64(limits.Unmetered.Load()) })
 	edge := proxy.NewEdge(proxy.EdgeConfig{Verifier: a.verifier, Log: log, Metrics: set, AccessLog: cfg.AccessLog,
 		Limits: limits, Usage: a.ledger})
+	a.edge = edge
 	rt := proxy.NewRouter(edge)
 	cat, err := proxy.NewCatalogue(tiers)
 	if err != nil {
@@ -525,7 +527,17 @@ func (a *app) stop() {
 		cancel()
 	}
 	if a.api != nil {
+		// The grace: /api/ready answers 503 at once so load balancers stop
+		// sending new connections, while everything is still served and
+		// every answer (and every stream that ends) closes its connection,
+		// so clients come back through the load balancer elsewhere.
 		a.api.Drain()
+		if a.edge != nil {
+			a.edge.Drain()
+		}
+		if a.chat != nil {
+			a.chat.StopKeepAlive()
+		}
 		if a.cfg.DrainDelay > 0 {
 			time.Sleep(a.cfg.DrainDelay)
 		}
@@ -534,9 +546,9 @@ func (a *app) stop() {
 		a.closeListeners() // bound, never served
 	}
 	if a.server != nil && a.ln != nil {
-		if a.chat != nil {
-			a.chat.StopKeepAlive() // streams that end now close their connections
-		}
+		// Then the listener closes; a request still arriving on a kept
+		// connection is refused 503 server_shutting_down before it starts.
+		a.edge.StopServing()
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 		if err := a.server.ShutdownWithContext(ctx); err != nil {
 			a.log.Warn("requests still in flight at shutdown", "err", err)
