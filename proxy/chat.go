@@ -77,6 +77,9 @@ type Chat struct {
 	serveConn func(net.Conn) error
 	idle      time.Duration // the server's idle timeout, for kept connections
 	closing   atomic.Bool
+	// draining: streams that open from now on say Connection: close in
+	// their head and close their connection when they end.
+	draining atomic.Bool
 	// quietEvery is the keep-alive interval; 0 sends none.
 	quietEvery time.Duration
 	// watch notices streaming clients that leave.
@@ -295,8 +298,16 @@ func (ch *Chat) KeepAlive(serve func(net.Conn) error, idle time.Duration) {
 	ch.serveConn, ch.idle = serve, idle
 }
 
+// StartDrain has streams that open from now on announce Connection: close
+// and close their connections when they end, so the client's next request
+// goes elsewhere. A stream already open keeps its connection: it promised
+// the client nothing else, and the client may already be sending its next
+// request on it, which the edge then answers (closing it) or refuses.
+// Call it when shutdown's grace begins.
+func (ch *Chat) StartDrain() { ch.draining.Store(true) }
+
 // StopKeepAlive has streams that complete from now on close their
-// connections. Call it when shutdown begins, before the server stops.
+// connections. Call it when the grace ends, before the server stops.
 func (ch *Chat) StopKeepAlive() { ch.closing.Store(true) }
 
 // Close stops the departure watcher. Call it once streams have drained.

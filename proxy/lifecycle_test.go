@@ -476,7 +476,7 @@ func TestShutdownDrainsKeptConnections(t *testing.T) {
 	}
 
 	f.edge.Drain()
-	f.chat.StopKeepAlive() // as the gateway's shutdown does
+	f.chat.StartDrain() // as the gateway's shutdown does
 	for _, path := range lcPaths {
 		for _, k := range []lcKind{plain, stream} {
 			rc := f.dialRaw(t)

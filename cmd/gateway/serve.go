@@ -536,7 +536,7 @@ func (a *app) stop() {
 			a.edge.Drain()
 		}
 		if a.chat != nil {
-			a.chat.StopKeepAlive()
+			a.chat.StartDrain()
 		}
 		if a.cfg.DrainDelay > 0 {
 			time.Sleep(a.cfg.DrainDelay)
@@ -549,6 +549,9 @@ func (a *app) stop() {
 		// Then the listener closes; a request still arriving on a kept
 		// connection is refused 503 server_shutting_down before it starts.
 		a.edge.StopServing()
+		if a.chat != nil {
+			a.chat.StopKeepAlive() // streams that end now close their connections
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 		if err := a.server.ShutdownWithContext(ctx); err != nil {
 			a.log.Warn("requests still in flight at shutdown", "err", err)
