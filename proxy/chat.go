@@ -498,6 +498,13 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		abandon(claim)
 		return false, err
 	}
+	// The upstream joins the client's trace (or the one this request
+	// started): its traceparent goes on unchanged, with the client's
+	// tracestate when it is within bounds.
+	upReq.Header.SetBytesV(headerTraceparent, c.Traceparent())
+	if ts := ctx.Request.Header.Peek(headerTracestate); c.TraceFromClient() && len(ts) > 0 && len(ts) <= codec.MaxTracestateLen {
+		upReq.Header.SetBytesV(headerTracestate, ts)
+	}
 	if t.req.Stream {
 		t.openStream(ctx, upReq, c)
 		return true, nil
