@@ -431,6 +431,11 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		a.shutdown()
 		return nil, err
 	}
+	for name, up := range ups {
+		// 0 closed, 1 open, 2 half_open: alerting on > 0 finds a tier
+		// whose traffic this process withholds.
+		set.NewGauge(fmt.Sprintf(`gateway_breaker_state{tier=%q}`, name), func() float64 { return float64(up.Breaker.State()) })
+	}
 	var idem hotpath.IdempotencyStore = hotpath.NewMemoryIdempotency(cfg.IdempotencyTTL, 0)
 	if a.redis != nil {
 		idem = storage.NewRedisIdempotency(a.redis, "gw:", cfg.IdempotencyTTL, 0)
