@@ -140,3 +140,44 @@ func TestStatusReportsTheWorstBreaker(t *testing.T) {
 	require.Equal(t, "open", got["kavi"]["breaker"])
 	require.Equal(t, "healthy", got["vaani"]["status"])
 }
+
+// The status: section's mistakes are refused at start, naming the field;
+// what it leaves out takes the defaults derived from each tier.
+func TestStatusConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	load := func(body string) (settings, error) {
+		p := filepath.Join(dir, "gateway.yaml")
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return loadSettings(p)
+	}
+	for body, want := range map[string]string{
+		"status:\n  components:\n    gpt4: {interval: 10s}\n":                 "status.components.gpt4: unknown component",
+		"status:\n  components:\n    kavi: {interval: -1s}\n":                 "status.components.kavi",
+		"status:\n  components:\n    kavi: {interval: 100ms}\n":               "status.components.kavi.interval",
+		"status:\n  components:\n    mira: {prompt: \"\"}\n":                  "status.components.mira.prompt",
+		"status:\n  components:\n    mira: {latency_slow_ms: 10}\n":           "latency_slow_ms",
+		"status:\n  breaker_report_interval: -5s\n":                           "status.breaker_report_interval",
+		"status:\n  components:\n    vaani: {latency_degrade_above_ms: -1}\n": "status.components.vaani",
+	} {
+		_, err := load(body)
+		require.ErrorContains(t, err, want, body)
+	}
+
+	st, err := load("status:\n  components:\n    mira: {interval: 30s, latency_slow_above_ms: 900}\n")
+	require.NoError(t, err)
+	byName := map[string]statusComponentSetting{}
+	for _, c := range st.Status.Components {
+		byName[c.Name] = c
+	}
+	require.Len(t, byName, 6)
+	require.Equal(t, 30*time.Second, byName["mira"].Every)
+	require.Equal(t, 900, byName["mira"].SlowAboveMs)
+	require.Equal(t, 800, byName["mira"].DegradeAboveMs, "twice mira's 400 ms target")
+	require.Equal(t, 10000, byName["kavi"].SlowAboveMs, "four times kavi's 2500 ms target")
+	require.Equal(t, "aux", byName["gw-rerank"].Kind)
+
+	// Without a file the defaults hold as well.
+	st, err = loadSettings("")
+	require.NoError(t, err)
+	require.Len(t, st.Status.Components, 6)
+}
