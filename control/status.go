@@ -170,18 +170,15 @@ func (s *Status) Document(ctx context.Context) (doc StatusDocument, ok bool) {
 	zero := int64(0)
 	doc.Components = append(doc.Components, StatusRow{Component: "api", Kind: KindAPI, Status: VerdictHealthy,
 		CheckedAt: &nowUTC, AgeSeconds: &zero})
-	since := now.Add(-s.keep())
-	start := time.Now()
-	probes, err := s.DB.RecentProbes(ctx, since, statusWindow)
-	var breakers map[string][]string
-	if err == nil {
-		breakers, err = s.DB.BreakerStates(ctx, now.Add(-3*s.breakerEvery()))
-	}
-	dbRow := StatusRow{Component: "database", Kind: KindDatabase, Status: VerdictHealthy, CheckedAt: &nowUTC, AgeSeconds: &zero}
+	rd := s.readMeasurements(ctx, now)
+	probes, breakers, err := rd.probes, rd.breakers, rd.err
+	at := rd.at.UTC()
+	age := int64(max(now.Sub(rd.at), 0) / time.Second)
+	dbRow := StatusRow{Component: "database", Kind: KindDatabase, Status: VerdictHealthy, CheckedAt: &at, AgeSeconds: &age}
 	if err != nil {
 		dbRow.Status, dbRow.Reason = VerdictDown, ReasonUnreachable
 	} else {
-		ms := time.Since(start).Milliseconds()
+		ms := rd.latency.Milliseconds()
 		dbRow.LatencyMs = &ms
 	}
 	doc.Components = append(doc.Components, dbRow)
@@ -203,6 +200,35 @@ func (s *Status) Document(ctx context.Context) (doc StatusDocument, ok bool) {
 		doc.Components = append(doc.Components, r)
 	}
 	return doc, ok
+}
+
+// statusRead is one read of the stored measurements.
+type statusRead struct {
+	at       time.Time // on the status clock
+	taken    time.Time // on the monotonic clock, for ReadEvery
+	probes   map[string][]storage.Probe
+	breakers map[string][]string
+	latency  time.Duration
+	err      error
+}
+
+// readMeasurements reads the measurements, or returns the last read when
+// it is younger than ReadEvery. The read is also the database's probe.
+func (s *Status) readMeasurements(ctx context.Context, now time.Time) statusRead {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	if s.ReadEvery > 0 && !s.read.taken.IsZero() && time.Since(s.read.taken) < s.ReadEvery {
+		return s.read
+	}
+	start := time.Now()
+	rd := statusRead{at: now, taken: start}
+	rd.probes, rd.err = s.DB.RecentProbes(ctx, now.Add(-s.keep()), statusWindow)
+	if rd.err == nil {
+		rd.breakers, rd.err = s.DB.BreakerStates(ctx, now.Add(-3*s.breakerEvery()))
+	}
+	rd.latency = time.Since(start)
+	s.read = rd
+	return rd
 }
 
 // status serves GET /api/status: public, never cached, 503 only when no

@@ -72,6 +72,14 @@ type Status struct {
 	Now func() time.Time
 	// Metrics receives the probe counters; nil registers none.
 	Metrics *metrics.Set
+	// ReadEvery is how long one read of the stored measurements serves
+	// documents, so a public route polled hard costs the database at most
+	// one read per interval; verdicts and ages are still computed at each
+	// request's time. 0 reads on every request.
+	ReadEvery time.Duration
+
+	readMu sync.Mutex
+	read   statusRead
 
 	leader       *storage.StatusLeader
 	next         map[string]time.Time

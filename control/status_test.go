@@ -221,3 +221,32 @@ func TestStatusLeadershipTakeover(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, states["kavi"], 2)
 }
+
+// One read of the measurements serves documents for ReadEvery; each
+// document still judges freshness at its own time, so a cached read never
+// shows a stale verdict.
+func TestStatusReadServesForItsInterval(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.DB(t)
+	clk := newClock(time.Now())
+	s := &Status{DB: db, Now: clk.Now, ReadEvery: time.Hour, Components: []StatusComponent{
+		{Name: "mira", Kind: KindChat, Every: 10 * time.Second, Probe: func(context.Context) error { return nil }}}}
+	require.NoError(t, s.Validate())
+	t.Cleanup(func() { s.Close(ctx) })
+	_, err := s.RunOnce(ctx)
+	require.NoError(t, err)
+	doc, ok := s.Document(ctx)
+	require.True(t, ok)
+	require.Equal(t, VerdictHealthy, doc.Components[2].Status)
+
+	_, err = db.Pool.Exec(ctx, `delete from status_probes`)
+	require.NoError(t, err)
+	doc, _ = s.Document(ctx)
+	require.Equal(t, VerdictHealthy, doc.Components[2].Status, "served from the earlier read")
+
+	clk.Add(31 * time.Second)
+	doc, ok = s.Document(ctx)
+	require.False(t, ok)
+	require.Equal(t, VerdictUnknown, doc.Components[2].Status, "the cached measurement is judged at the request's time")
+	require.EqualValues(t, 31, *doc.Components[1].AgeSeconds, "the database row shows the read's age")
+}

@@ -53,10 +53,13 @@ type serveConfig struct {
 	ShutdownTimeout time.Duration
 	// StatusProbes runs the status prober here (one process of the fleet
 	// probes at a time, under an advisory lock).
-	StatusProbes   bool
-	SimTTFT        time.Duration
-	SimITL         time.Duration
-	IdempotencyTTL time.Duration
+	StatusProbes bool
+	// StatusReadEvery is how long one read of the measurements serves
+	// GET /api/status.
+	StatusReadEvery time.Duration
+	SimTTFT         time.Duration
+	SimITL          time.Duration
+	IdempotencyTTL  time.Duration
 	// RetentionInterval is how often this process runs the conversation
 	// retention job; zero disables it here.
 	RetentionInterval time.Duration
@@ -99,6 +102,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StreamKeepAlive, "stream-keepalive-interval", 15*time.Second, "how long a stream may send its client nothing (a tier reasoning on a wire that hides reasoning, a silent upstream) before it sends an SSE comment line \": keep-alive\"; 0 sends none")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown (SIGTERM), the grace during which /api/ready answers 503 while requests are still served, each answer closing its connection, before the listener closes; set it above the load balancer's readiness check interval")
 	fs.BoolVar(&c.StatusProbes, "status-probes", true, "take part in probing the components of /api/status (one process of the fleet probes at a time, under a PostgreSQL advisory lock; every process reports its breakers); false only serves the document")
+	fs.DurationVar(&c.StatusReadEvery, "status-read-interval", time.Second, "how long one read of the stored measurements serves GET /api/status, so a public route polled hard costs PostgreSQL at most one read per interval and process; verdicts and ages are still computed per request; 0 reads on every request")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
 	fs.DurationVar(&c.SimTTFT, "sim-ttft", 0, "time to first token of the in-process simulator (tiers on provider sim)")
 	fs.DurationVar(&c.SimITL, "sim-itl", 0, "time between tokens of the in-process simulator")
@@ -170,6 +174,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.StreamKeepAlive < 0 {
 		return errors.New("stream-keepalive-interval: must not be negative")
+	}
+	if c.StatusReadEvery < 0 {
+		return errors.New("status-read-interval: must not be negative")
 	}
 	if c.DrainDelay < 0 {
 		return errors.New("drain-delay: must not be negative")

@@ -105,7 +105,8 @@ func loadStatus(f statusFile, tiers []hotpath.Tier) (statusSettings, error) {
 // newStatus builds the status prober over the chat upstreams. Breakers are
 // reported under a process id of host name, pid and a random suffix.
 func (a *app) newStatus(st statusSettings, ups map[string]*proxy.Upstream) (*control.Status, error) {
-	s := &control.Status{DB: a.db, Log: a.log, BreakerEvery: st.BreakerEvery, Metrics: a.metrics}
+	s := &control.Status{DB: a.db, Log: a.log, BreakerEvery: st.BreakerEvery, Metrics: a.metrics,
+		ReadEvery: a.cfg.StatusReadEvery}
 	for _, cs := range st.Components {
 		c := cs.StatusComponent
 		if up := ups[c.Name]; up != nil && cs.Enabled {

@@ -57,7 +57,7 @@ status:
     mira:  {interval: 10s, timeout: 5s, prompt: "ping [[sim:status=500]]"}
     gw-guard: {enabled: false}
 `), 0o600))
-	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = cfgPath; c.StatusProbes = false })
+	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = cfgPath; c.StatusProbes = false; c.StatusReadEvery = 0 })
 	clk := &fakeClock{}
 	clk.ns.Store(time.Now().UnixNano())
 	ta.status.Now = clk.Now
@@ -125,7 +125,7 @@ status:
 // The breaker of one process that withholds a tier's traffic degrades the
 // tier's row, whatever the probes say.
 func TestStatusReportsTheWorstBreaker(t *testing.T) {
-	ta := startTestApp(t, func(c *serveConfig) { c.StatusProbes = false })
+	ta := startTestApp(t, func(c *serveConfig) { c.StatusProbes = false; c.StatusReadEvery = 0 })
 	ctx := context.Background()
 	_, err := ta.status.RunOnce(ctx)
 	require.NoError(t, err)
