@@ -12,6 +12,7 @@ MAKEFLAGS += --no-print-directory
 GO ?= go
 FUZZTIME ?= 30s
 BENCHTIME ?= 10s
+FLEET_ROUNDS ?= 10
 
 DATA := .data
 ENV_FILE := $(DATA)/services.env
@@ -71,6 +72,10 @@ test: services ## Start the services, vet, run every test once, then the concurr
 	$(GO) vet ./...
 	$(with_services) $(GO) test -count=1 ./...
 	$(with_services) $(GO) test -race -count=1 $(RACE_PKGS)
+
+.PHONY: fleet
+fleet: services ## Rolling restarts of a three-process fleet behind a TCP balancer under load, FLEET_ROUNDS times (default 10); fails on any failed request or lost ledger row
+	$(with_services) GATEWAY_FLEET_ROUNDS=$(FLEET_ROUNDS) $(GO) test -count=1 -v -timeout 30m -run 'TestRollingRestartLosesNothing' ./cmd/gateway
 
 .PHONY: bench
 bench: build ## Hot-path micro-benchmarks, then a short gateway-vs-direct comparison and the failover scorecard (reports in bench/results/)

@@ -59,6 +59,8 @@ type API struct {
 	// Files configures the file routes; without a Store they are left out.
 	Files    FilesConfig
 	fileText *filetext.Reader
+	// Status builds GET /api/status; nil leaves the route out.
+	Status   *Status
 	signin   *signIn
 	draining atomic.Bool
 }
@@ -71,6 +73,9 @@ func (a *API) Register(r Registrar) {
 	}
 	r.Handle(fasthttp.MethodGet, "/api/health", public("health"), a.health)
 	r.Handle(fasthttp.MethodGet, "/api/ready", public("ready"), a.ready)
+	if a.Status != nil {
+		r.Handle(fasthttp.MethodGet, "/api/status", public("status"), a.status)
+	}
 	r.Handle(fasthttp.MethodGet, "/api/v1/me", user("me", hotpath.FamilyNone), a.me)
 	r.Handle(fasthttp.MethodGet, "/api/v1/service-token/self",
 		hotpath.Access{Name: "service_token_self", Auth: hotpath.AuthService}, a.serviceTokenSelf)

@@ -17,6 +17,10 @@ const MaxRequestIDLen = 128
 type Call struct {
 	id    [MaxRequestIDLen]byte
 	idLen uint8
+	// trace is the request's W3C traceparent: the client's, or one made
+	// here; traceFromClient says which.
+	trace           [codec.TraceparentLen]byte
+	traceFromClient bool
 
 	// Version is the version serving the request: the pin, or the current one.
 	Version codec.Version
@@ -79,6 +83,31 @@ func (c *Call) SetID(fromClient []byte) {
 	}
 	c.idLen = uint8(len(AppendRequestID(c.id[:0])))
 }
+
+// SetTrace keeps the client's traceparent when it is valid (a later
+// version is carried as version 00, its first four fields), and otherwise
+// starts a trace of the request's own with a fresh random trace id.
+func (c *Call) SetTrace(fromClient []byte) {
+	if codec.ValidTraceparent(fromClient) {
+		copy(c.trace[:], fromClient[:codec.TraceparentLen])
+		c.trace[0], c.trace[1] = '0', '0'
+		c.traceFromClient = true
+		return
+	}
+	codec.AppendTraceparent(c.trace[:0], rand.Uint64(), rand.Uint64(), rand.Uint64())
+	c.traceFromClient = false
+}
+
+// Traceparent is the request's traceparent, sent on to its upstream. The
+// slice aliases the Call and is valid until ReleaseCall.
+func (c *Call) Traceparent() []byte { return c.trace[:] }
+
+// TraceID is the request's trace id, 32 hex digits (aliasing the Call).
+func (c *Call) TraceID() []byte { return c.trace[3:35] }
+
+// TraceFromClient reports whether the trace came from the client's
+// traceparent (and so its tracestate is carried on too).
+func (c *Call) TraceFromClient() bool { return c.traceFromClient }
 
 // AppendRequestID appends a fresh random version-4 UUID. The bits come from
 // the runtime's per-thread ChaCha8 generator: unpredictable enough for an

@@ -96,6 +96,9 @@ type Chat struct {
 	serveConn func(net.Conn) error
 	idle      time.Duration // the server's idle timeout, for kept connections
 	closing   atomic.Bool
+	// draining: streams that open from now on say Connection: close in
+	// their head and close their connection when they end.
+	draining atomic.Bool
 	// quietEvery is the keep-alive interval; 0 sends none.
 	quietEvery time.Duration
 	// watch notices streaming clients that leave.
@@ -353,8 +356,16 @@ func (ch *Chat) KeepAlive(serve func(net.Conn) error, idle time.Duration) {
 	ch.serveConn, ch.idle = serve, idle
 }
 
+// StartDrain has streams that open from now on announce Connection: close
+// and close their connections when they end, so the client's next request
+// goes elsewhere. A stream already open keeps its connection: it promised
+// the client nothing else, and the client may already be sending its next
+// request on it, which the edge then answers (closing it) or refuses.
+// Call it when shutdown's grace begins.
+func (ch *Chat) StartDrain() { ch.draining.Store(true) }
+
 // StopKeepAlive has streams that complete from now on close their
-// connections. Call it when shutdown begins, before the server stops.
+// connections. Call it when the grace ends, before the server stops.
 func (ch *Chat) StopKeepAlive() { ch.closing.Store(true) }
 
 // Close stops the departure watcher. Call it once streams have drained.
@@ -566,6 +577,13 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		fasthttp.ReleaseRequest(upReq)
 		abandon(claim)
 		return false, err
+	}
+	// The upstream joins the client's trace (or the one this request
+	// started): its traceparent goes on unchanged, with the client's
+	// tracestate when it is within bounds.
+	upReq.Header.SetBytesV(headerTraceparent, c.Traceparent())
+	if ts := ctx.Request.Header.Peek(headerTracestate); c.TraceFromClient() && len(ts) > 0 && len(ts) <= codec.MaxTracestateLen {
+		upReq.Header.SetBytesV(headerTracestate, ts)
 	}
 	if t.req.Stream {
 		t.openStream(ctx, upReq, c)

@@ -41,6 +41,7 @@ type chatFixture struct {
 	handler fasthttp.RequestHandler
 	verify  *hotpath.Verifier
 	addr    string // the gateway's TCP address, with tcp
+	edge    *Edge
 }
 
 type fixtureOptions struct {
@@ -152,7 +153,8 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	require.NoError(t, err)
 	v.SetLive(true)
 	t.Cleanup(v.Close)
-	rt := NewRouter(NewEdge(EdgeConfig{Verifier: v, Log: log, Metrics: f.set, Limits: o.limits, Usage: o.usage}))
+	f.edge = NewEdge(EdgeConfig{Verifier: v, Log: log, Metrics: f.set, Limits: o.limits, Usage: o.usage})
+	rt := NewRouter(f.edge)
 	f.chat.Register(rt)
 	f.handler, f.verify = rt.Handler(), v
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -34,6 +35,8 @@ const (
 	HeaderAuthorization   = "Authorization"
 	headerWWWAuthenticate = "WWW-Authenticate"
 	headerRetryAfter      = "Retry-After"
+	headerTraceparent     = "traceparent"
+	headerTracestate      = "tracestate"
 )
 
 // Edge applies the cross-cutting rules to every route.
@@ -46,6 +49,9 @@ type Edge struct {
 	accessLog bool
 	errors    []*metrics.Counter // by codec.Code
 	panics    *metrics.Counter
+	// drain is where shutdown stands: serving, draining (every answer
+	// closes its connection) or closing (new requests are refused).
+	drain atomic.Int32
 
 	// The HTTP layer's limits (ServerConfig), checked before the route.
 	maxHeaderBytes, maxURIBytes, maxBodySize int
@@ -109,6 +115,7 @@ func (e *Edge) Wrap(method string, a hotpath.Access, wire Envelope, h Handler) f
 		c := hotpath.AcquireCall()
 		c.Start, c.Ender = time.Now(), end
 		c.SetID(ctx.Request.Header.Peek(headerRequestID))
+		c.SetTrace(ctx.Request.Header.Peek(headerTraceparent))
 		ctx.Response.Header.SetBytesV(headerRequestID, c.ID())
 		if err := e.serve(ctx, c, a, h); err != nil {
 			e.writeError(ctx, c, wire, err)
@@ -167,7 +174,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 	defer func() {
 		if r := recover(); r != nil {
 			e.panics.Inc()
-			e.log.Error("handler panicked", "request_id", c.IDString(), "route", a.Name,
+			e.log.Error("handler panicked", "request_id", c.IDString(), "trace_id", string(c.TraceID()), "route", a.Name,
 				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			err = codec.ErrInternal
 		}
@@ -288,7 +295,7 @@ func pinVersion(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 func (e *Edge) writeError(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire Envelope, err error) {
 	var cerr *codec.Error
 	if !errors.As(err, &cerr) {
-		e.log.Error("request failed", "request_id", c.IDString(), "err", err)
+		e.log.Error("request failed", "request_id", c.IDString(), "trace_id", string(c.TraceID()), "err", err)
 		cerr = codec.ErrInternal
 	}
 	e.countError(c, cerr)
@@ -353,6 +360,7 @@ func (e *Edge) logAccess(method []byte, c *hotpath.Call, a hotpath.Access, statu
 	}
 	e.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
 		slog.String("request_id", c.IDString()),
+		slog.String("trace_id", string(c.TraceID())),
 		slog.String("method", string(method)),
 		slog.String("route", a.Name),
 		slog.Int("status", status),

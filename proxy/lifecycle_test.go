@@ -454,3 +454,53 @@ func TestHTTPLayerErrorsNameTheProblem(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(body), "chunked body is malformed")
 }
+
+// Shutdown in two steps. During the grace every request is still served on
+// every wire, and its answer closes the connection, so the client's next
+// request goes through the load balancer again. Once the grace ends, a
+// request on a connection kept from before is refused 503
+// server_shutting_down, in its wire's envelope, with Connection: close;
+// nothing of it reaches the upstream.
+func TestShutdownDrainsKeptConnections(t *testing.T) {
+	f := newLifecycleFixture(t)
+	plain := lcKinds()[0]
+	stream := lcKinds()[1]
+	kept := map[string]*rawConn{}
+	for _, path := range lcPaths {
+		rc := f.dialRaw(t)
+		rc.send(t, f, "HTTP/1.1", "POST", path, plain.body)
+		resp, body, err := rc.read(t)
+		requireKind(t, plain, resp, body, err)
+		require.False(t, resp.Close)
+		kept[path] = rc
+	}
+
+	f.edge.Drain()
+	f.chat.StartDrain() // as the gateway's shutdown does
+	for _, path := range lcPaths {
+		for _, k := range []lcKind{plain, stream} {
+			rc := f.dialRaw(t)
+			rc.send(t, f, "HTTP/1.1", "POST", path, k.body)
+			resp, body, err := rc.read(t)
+			requireKind(t, k, resp, body, err)
+			require.True(t, resp.Close, "%s %s: an answer during the grace closes its connection", path, k.name)
+			requireClosedSilently(t, rc)
+		}
+	}
+
+	f.edge.StopServing()
+	for _, path := range lcPaths {
+		rc := kept[path]
+		rc.send(t, f, "HTTP/1.1", "POST", path, plain.body)
+		resp, body, err := rc.read(t)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
+		require.True(t, resp.Close)
+		require.Contains(t, string(body), `"server_shutting_down"`)
+		require.NotEmpty(t, resp.Header.Get(headerRequestID))
+		requireClosedSilently(t, rc)
+	}
+	var out strings.Builder
+	f.set.WritePrometheus(&out)
+	require.Contains(t, out.String(), fmt.Sprintf(`gateway_errors_total{code="server_shutting_down"} %d`, len(lcPaths)))
+}

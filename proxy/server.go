@@ -145,7 +145,13 @@ func (e *Edge) guard(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		h := &ctx.Request.Header
 		var cerr *codec.Error
+		drain := e.drain.Load()
 		switch {
+		case drain == drainClosing:
+			// The listener has stopped: a request on a kept connection
+			// is refused before it starts, so the client may send it
+			// again elsewhere, and the connection closes.
+			cerr = codec.ErrServerShuttingDown
 		case len(h.RequestURI()) > e.maxURIBytes:
 			cerr = errURITooLong
 		case len(h.RawHeaders()) > e.maxHeaderBytes:
@@ -160,8 +166,29 @@ func (e *Edge) guard(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 			return
 		}
 		next(ctx)
+		if drain == drainDraining {
+			// The client's next request goes through the load balancer
+			// again, to a process that is not leaving.
+			ctx.SetConnectionClose()
+		}
 	}
 }
+
+// The stages of shutdown the edge knows (Edge.drain).
+const (
+	drainServing int32 = iota
+	drainDraining
+	drainClosing
+)
+
+// Drain starts shutdown's grace: requests are still served, each answer
+// closes its connection.
+func (e *Edge) Drain() { e.drain.CompareAndSwap(drainServing, drainDraining) }
+
+// StopServing ends the grace: from now on a request that arrives on a kept
+// connection is answered 503 server_shutting_down with Connection: close
+// and never starts. Requests and streams already running finish.
+func (e *Edge) StopServing() { e.drain.Store(drainClosing) }
 
 // expect answers a request that waits for 100 Continue: one whose body
 // would be refused is refused before the client sends it.

@@ -29,7 +29,7 @@ import (
 func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *hotpath.Call) {
 	ch := t.ch
 	t.chunked = ctx.Request.Header.IsHTTP11()
-	t.lastConn = !t.chunked || !ch.cfg.ConnsKept || ch.serveConn == nil || ch.closing.Load() ||
+	t.lastConn = !t.chunked || !ch.cfg.ConnsKept || ch.serveConn == nil || ch.closing.Load() || ch.draining.Load() ||
 		ctx.Request.Header.ConnectionClose()
 	// The head so far — request id, version, rate headers — is the stream's
 	// head or its refusal's.

@@ -45,6 +45,8 @@ type fileConfig struct {
 	} `yaml:"aux"`
 	// Files is read by files_config.go.
 	Files filesFile `yaml:"files"`
+	// Status is read by status_config.go.
+	Status statusFile `yaml:"status"`
 }
 
 // providerConfig is an OpenAI-compatible endpoint. Its API key is read
@@ -130,6 +132,8 @@ type settings struct {
 	// Files configures uploads, their store and chat's caps
 	// (files_config.go).
 	Files filesSettings
+	// Status configures the probes of GET /api/status (status_config.go).
+	Status statusSettings
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -172,12 +176,12 @@ func loadSettings(path string) (settings, error) {
 	if st.Files, err = loadFiles(filesFile{}); err != nil {
 		return st, err
 	}
+	var fc fileConfig
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
 			return st, fmt.Errorf("config: %w", err)
 		}
-		var fc fileConfig
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		dec.KnownFields(true)
 		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
@@ -268,6 +272,9 @@ func loadSettings(path string) (settings, error) {
 		if err := aux[i].Validate(); err != nil {
 			return st, fmt.Errorf("config aux_tiers.%s.%w", aux[i].Name, err)
 		}
+	}
+	if st.Status, err = loadStatus(fc.Status, tiers); err != nil {
+		return st, err
 	}
 	st.Tiers, st.AuxTiers = tiers, aux
 	return st, nil

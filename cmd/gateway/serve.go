@@ -51,6 +51,12 @@ type serveConfig struct {
 	StreamKeepAlive time.Duration
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+	// StatusProbes runs the status prober here (one process of the fleet
+	// probes at a time, under an advisory lock).
+	StatusProbes bool
+	// StatusReadEvery is how long one read of the measurements serves
+	// GET /api/status.
+	StatusReadEvery time.Duration
 	SimTTFT         time.Duration
 	SimITL          time.Duration
 	IdempotencyTTL  time.Duration
@@ -99,7 +105,9 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", 30*time.Second, "time allowed to read a request, from its first byte to its last (and a new connection's first byte); past it the request is 408")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 120*time.Second, "how long a kept connection may wait for its next request before it is closed without a word")
 	fs.DurationVar(&c.StreamKeepAlive, "stream-keepalive-interval", 15*time.Second, "how long a stream may send its client nothing (a tier reasoning on a wire that hides reasoning, a silent upstream) before it sends an SSE comment line \": keep-alive\"; 0 sends none")
-	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown, how long /api/ready answers 503 before the listener closes")
+	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown (SIGTERM), the grace during which /api/ready answers 503 while requests are still served, each answer closing its connection, before the listener closes; set it above the load balancer's readiness check interval")
+	fs.BoolVar(&c.StatusProbes, "status-probes", true, "take part in probing the components of /api/status (one process of the fleet probes at a time, under a PostgreSQL advisory lock; every process reports its breakers); false only serves the document")
+	fs.DurationVar(&c.StatusReadEvery, "status-read-interval", time.Second, "how long one read of the stored measurements serves GET /api/status, so a public route polled hard costs PostgreSQL at most one read per interval and process; verdicts and ages are still computed per request; 0 reads on every request")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
 	fs.DurationVar(&c.SimTTFT, "sim-ttft", 0, "time to first token of the in-process simulator (tiers on provider sim)")
 	fs.DurationVar(&c.SimITL, "sim-itl", 0, "time between tokens of the in-process simulator")
@@ -175,6 +183,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.StreamKeepAlive < 0 {
 		return errors.New("stream-keepalive-interval: must not be negative")
+	}
+	if c.StatusReadEvery < 0 {
+		return errors.New("status-read-interval: must not be negative")
 	}
 	if c.DrainDelay < 0 {
 		return errors.New("drain-delay: must not be negative")
@@ -278,12 +289,19 @@ type app struct {
 	limits   *meter.Limits
 	files    *storage.Files
 	janitor  *control.FileJanitor
-	stopOnce sync.Once
 	// evalStop stops the eval runner; evalDone closes when it has.
 	evalStop context.CancelFunc
 	evalDone chan struct{}
-	cancel   context.CancelFunc
-	done     chan struct{}
+	metrics  *metrics.Set
+	edge     *proxy.Edge
+	status   *control.Status
+	// stopStatus ends the status prober; statusDone is closed when it has
+	// given its lead up.
+	stopStatus context.CancelFunc
+	statusDone chan struct{}
+	stopOnce   sync.Once
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 // keepAliveInterval maps the flag (0 sends none) to the chat setting (0 is
@@ -415,6 +433,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	}()
 
 	set := metrics.NewSet()
+	a.metrics = set
 	registerRuntimeMetrics(set, a)
 	if a.ledger, err = storage.NewLedger(a.db, cfg.Ledger, set, log); err != nil {
 		a.shutdown()
@@ -438,6 +457,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	set.NewGauge(`gateway_limits_unmetered_total`, func() float64 { return float64(limits.Unmetered.Load()) })
 	edge := proxy.NewEdge(proxy.EdgeConfig{Verifier: a.verifier, Log: log, Metrics: set, AccessLog: cfg.AccessLog,
 		Limits: limits, Usage: a.ledger})
+	a.edge = edge
 	rt := proxy.NewRouter(edge)
 	cat, err := proxy.NewCatalogue(tiers)
 	if err != nil {
@@ -453,6 +473,11 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	if err != nil {
 		a.shutdown()
 		return nil, err
+	}
+	for name, up := range ups {
+		// 0 closed, 1 open, 2 half_open: alerting on > 0 finds a tier
+		// whose traffic this process withholds.
+		set.NewGauge(fmt.Sprintf(`gateway_breaker_state{tier=%q}`, name), func() float64 { return float64(up.Breaker.State()) })
 	}
 	var idem hotpath.IdempotencyStore = hotpath.NewMemoryIdempotency(cfg.IdempotencyTTL, 0)
 	if a.redis != nil {
@@ -478,7 +503,17 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	if mailer != nil {
 		a.api.Outbox = mailer
 	}
+	if a.status, err = a.newStatus(st.Status, ups); err != nil {
+		a.shutdown()
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	a.api.Status = a.status
 	a.api.Register(rt)
+	if cfg.StatusProbes {
+		sctx, stopStatus := context.WithCancel(context.WithoutCancel(ctx))
+		a.stopStatus, a.statusDone = stopStatus, make(chan struct{})
+		go func() { defer close(a.statusDone); a.status.Run(sctx) }()
+	}
 
 	// A connection whose stream completed serves the client's next request.
 	a.server = proxy.NewServer(proxy.ServerConfig{ReadTimeout: cfg.ReadTimeout, IdleTimeout: cfg.IdleTimeout,
@@ -533,8 +568,31 @@ func (a *app) closeListeners() {
 func (a *app) shutdown() { a.stopOnce.Do(a.stop) }
 
 func (a *app) stop() {
+	if a.stopStatus != nil {
+		// Give the probing lead up first, so another process takes it
+		// while this one drains.
+		a.stopStatus()
+		<-a.statusDone
+	}
+	if a.status != nil {
+		// A lead taken by a caller of RunOnce (not Run) is given up too:
+		// the pool cannot close under the lock's connection.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		a.status.Close(ctx)
+		cancel()
+	}
 	if a.api != nil {
+		// The grace: /api/ready answers 503 at once so load balancers stop
+		// sending new connections, while everything is still served and
+		// every answer (and every stream that ends) closes its connection,
+		// so clients come back through the load balancer elsewhere.
 		a.api.Drain()
+		if a.edge != nil {
+			a.edge.Drain()
+		}
+		if a.chat != nil {
+			a.chat.StartDrain()
+		}
 		if a.cfg.DrainDelay > 0 {
 			time.Sleep(a.cfg.DrainDelay)
 		}
@@ -543,6 +601,9 @@ func (a *app) stop() {
 		a.closeListeners() // bound, never served
 	}
 	if a.server != nil && a.ln != nil {
+		// Then the listener closes; a request still arriving on a kept
+		// connection is refused 503 server_shutting_down before it starts.
+		a.edge.StopServing()
 		if a.chat != nil {
 			a.chat.StopKeepAlive() // streams that end now close their connections
 		}
