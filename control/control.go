@@ -79,6 +79,7 @@ func (a *API) Register(r Registrar) {
 	a.registerProfile(r)
 	a.registerWorkspaces(r)
 	a.registerPrompts(r)
+	a.registerVaults(r)
 	a.registerSignIn(r)
 }
 
