@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/memory"
 	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/storage"
 )
@@ -52,7 +53,11 @@ type API struct {
 	// Outbox is woken when an invitation's message is written; nil leaves
 	// delivery to the next poll (or to the operator, when no SMTP server
 	// is configured).
-	Outbox   Waker
+	Outbox Waker
+	// Embed computes the gw-embed vector stored beside a memory written by
+	// hand; nil (or a failing tier) stores it without one, and recall then
+	// finds it by its words.
+	Embed    memory.Embedder
 	signin   *signIn
 	draining atomic.Bool
 }
@@ -80,6 +85,8 @@ func (a *API) Register(r Registrar) {
 	a.registerWorkspaces(r)
 	a.registerPrompts(r)
 	a.registerVaults(r)
+	a.registerMemories(r)
+	a.registerRules(r)
 	a.registerSignIn(r)
 }
 
