@@ -56,6 +56,9 @@ type ChatConfig struct {
 	// and request context back as soon as it takes the connection over, and
 	// closes the connection itself.
 	ConnsKept bool
+	// Memory serves memory recall, capture and standing rules on the
+	// native routes; nil serves turns without them.
+	Memory *MemoryConfig
 }
 
 // Chat serves POST /api/v1/chat, POST /api/v2/chat and
@@ -98,6 +101,12 @@ type chatMetrics struct {
 func NewChat(cfg ChatConfig) (*Chat, error) {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 10_000
+	}
+	if cfg.Memory != nil {
+		if cfg.Memory.Store == nil || cfg.Memory.Log == nil {
+			return nil, errors.New("memory: a store and a log are required")
+		}
+		cfg.Memory.defaults()
 	}
 	ch := &Chat{cfg: cfg, tiers: cfg.Tiers, gate: hotpath.NewGate(cfg.MaxInFlight), quietEvery: cfg.KeepAliveInterval,
 		watch: newDepartures()}
@@ -207,7 +216,9 @@ type turn struct {
 	answer    codec.Answer
 	start     time.Time
 	upstream  time.Duration
-	out       []byte
+	// mem is the turn's memory and rules; nil when it uses neither.
+	mem *turnMemory
+	out []byte
 	// ahead holds what the client sent past a stream's request (the next
 	// request, pipelined), given back with the connection.
 	ahead     []byte
@@ -429,6 +440,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		return false, cerr
 	}
 	t.intent = intent
+	t.prepareMemory(c)
 	t.bound, t.images = promptBound(&t.req), hasImages(&t.req)
 	if l := t.ch.cfg.Limits; l != nil && intent.Auto {
 		t.poolsLow = l.PoolsLow(context.Background(), c.Start, c.User)
@@ -457,6 +469,9 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	}
 	t.head = codec.Head{ID: t.newCompletionID(), Created: time.Now().Unix(), Model: t.up.Tier.Name}
 	t.gw = codec.AppendGW(t.gw[:0], t.requestID, &t.routing)
+	if f := t.memoryFields(); f != nil {
+		t.gw = codec.SpliceFields(t.gw, 0, f)
+	}
 
 	var claim hotpath.Claim
 	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire == chatOpenAI && !t.req.Stream && t.ch.cfg.Idempotency != nil {
@@ -766,12 +781,23 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		abandon(claim) // billed, and a retry may pass: nothing is stored
 		return cerr
 	}
+	var captured []byte
+	if t.mem != nil {
+		t.mem.keepAnswer(c.Content)
+		t.startCapture()
+		if captured = t.captureField(); captured != nil && t.wire == chatV1 {
+			t.gw = codec.SpliceFields(t.gw, 0, captured)
+		}
+	}
 	t.out = t.out[:0]
 	switch t.wire {
 	case chatV1:
 		t.out = codec.AppendV1Completion(t.out, &t.head, &t.answer, &t.bill, t.gw)
 	case chatV2:
 		t.out = codec.AppendV2Completion(t.out, &t.head, &t.answer, &t.bill, t.requestID, &t.routing)
+		if t.mem != nil {
+			t.out = codec.SpliceFields(t.out, 0, append(t.memoryFields(), captured...))
+		}
 	default:
 		t.out = codec.AppendOpenAICompletion(t.out, &t.head, &t.answer, &t.bill)
 	}

@@ -29,6 +29,8 @@ type fileConfig struct {
 	// SMTP and PublicBaseURL are read by smtp_config.go.
 	SMTP          smtpFile `yaml:"smtp"`
 	PublicBaseURL string   `yaml:"public_base_url"`
+	// Memory is read by memory_config.go.
+	Memory memoryFile `yaml:"memory"`
 }
 
 // providerConfig is an OpenAI-compatible endpoint. Its API key is read
@@ -98,6 +100,8 @@ type settings struct {
 	// accept links (smtp_config.go).
 	SMTP          outbox.Config
 	PublicBaseURL string
+	// Memory configures chat's memory and rules (memory_config.go).
+	Memory memorySettings
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -127,7 +131,7 @@ func loadTiers(path string) ([]hotpath.Tier, error) {
 // the advertised catalogue, every tier on the in-process simulator.
 func loadSettings(path string) (settings, error) {
 	tiers := hotpath.DefaultTiers()
-	st := settings{Bindings: map[string]binding{}, Providers: map[string]providerConfig{}}
+	st := settings{Bindings: map[string]binding{}, Providers: map[string]providerConfig{}, Memory: defaultMemorySettings()}
 	for _, t := range tiers {
 		st.Bindings[t.Name] = binding{Provider: simProvider, UpstreamModel: "sim-" + t.Name, Reasons: t.Graded}
 	}
@@ -180,6 +184,9 @@ func loadSettings(path string) (settings, error) {
 			return st, err
 		}
 		if st.SMTP, st.PublicBaseURL, err = loadMail(fc, st.SignIn.PublicURL); err != nil {
+			return st, err
+		}
+		if st.Memory, err = loadMemory(fc.Memory, tiers, st.Providers); err != nil {
 			return st, err
 		}
 	}

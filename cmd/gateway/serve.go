@@ -20,6 +20,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/control"
@@ -260,6 +261,7 @@ type app struct {
 	admin    *http.Server
 	adminLn  net.Listener
 	sim      *sim.Server
+	simLn    *fasthttputil.InmemoryListener
 	chat     *proxy.Chat
 	ledger   *storage.Ledger
 	counters *storage.RedisCounters
@@ -422,8 +424,14 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	if a.redis != nil {
 		idem = storage.NewRedisIdempotency(a.redis, "gw:", cfg.IdempotencyTTL, 0)
 	}
+	mem, embedder, err := a.buildMemory(st, ups, a.db, log)
+	if err != nil {
+		a.shutdown()
+		return nil, err
+	}
 	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set,
-		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive)})
+		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive),
+		Memory: mem})
 	if err != nil {
 		a.shutdown()
 		return nil, err
@@ -431,7 +439,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	chat.Register(rt)
 	a.chat = chat
 	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit(), SignIn: st.SignIn,
-		Limits: limits, Mail: control.MailConfig{PublicBaseURL: st.PublicBaseURL}}
+		Limits: limits, Mail: control.MailConfig{PublicBaseURL: st.PublicBaseURL}, Embed: embedder}
 	if mailer != nil {
 		a.api.Outbox = mailer
 	}

@@ -18,7 +18,6 @@ import (
 // listener: the embedded default behind `make run`.
 func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.Upstream, error) {
 	ups := map[string]*proxy.Upstream{}
-	var simLn *fasthttputil.InmemoryListener
 	for i := range st.Tiers {
 		t := &st.Tiers[i]
 		b := st.Bindings[t.Name]
@@ -34,12 +33,7 @@ func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.U
 			uc.Retries = *b.Retries
 		}
 		if b.Provider == simProvider {
-			if simLn == nil {
-				simLn = fasthttputil.NewInmemoryListener()
-				a.sim = sim.New(sim.Config{TTFT: a.cfg.SimTTFT, ITL: a.cfg.SimITL, Log: log})
-				go func() { _ = a.sim.Serve(simLn) }()
-			}
-			ln := simLn
+			ln := a.simListener(log)
 			uc.BaseURL = "http://simulator.internal/v1"
 			uc.Dial = func(string) (net.Conn, error) { return ln.Dial() }
 		} else {
@@ -59,4 +53,16 @@ func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.U
 		ups[t.Name] = up
 	}
 	return ups, nil
+}
+
+// simListener starts the in-process simulator on first use and returns
+// its listener.
+func (a *app) simListener(log *slog.Logger) *fasthttputil.InmemoryListener {
+	if a.simLn == nil {
+		a.simLn = fasthttputil.NewInmemoryListener()
+		a.sim = sim.New(sim.Config{TTFT: a.cfg.SimTTFT, ITL: a.cfg.SimITL, Log: log})
+		ln := a.simLn
+		go func() { _ = a.sim.Serve(ln) }()
+	}
+	return a.simLn
 }

@@ -81,6 +81,12 @@ type Embedder interface {
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
 }
 
+// Extractor finds the durable facts (preferences, stable settings,
+// constraints) in one finished turn: the user's text and the answer.
+type Extractor interface {
+	Extract(ctx context.Context, user, answer string) ([]Fact, error)
+}
+
 // Bounds of recall.
 const (
 	// MaxCandidates bounds the memories one recall ranks in process.
