@@ -428,18 +428,20 @@ type Embedder struct {
 	url    string
 	auth   string
 	model  string
+	dims   int
 }
 
 var _ memory.Embedder = (*Embedder)(nil)
 
-// NewEmbedder binds the gw-embed tier to cfg (BaseURL, APIKey, Model, Dial).
-func NewEmbedder(cfg UpstreamConfig) (*Embedder, error) {
+// NewEmbedder binds the gw-embed tier to cfg (BaseURL, APIKey, Model,
+// Dial); dims, when positive, asks for vectors of that length.
+func NewEmbedder(cfg UpstreamConfig, dims int) (*Embedder, error) {
 	up, err := NewUpstream(&hotpath.Tier{Name: "gw-embed"}, cfg, hotpath.NewBreaker(hotpath.BreakerConfig{}, nil))
 	if err != nil {
 		return nil, err
 	}
 	return &Embedder{client: up.plain, url: strings.TrimSuffix(cfg.BaseURL, "/") + "/embeddings", auth: up.auth,
-		model: cfg.Model}, nil
+		model: cfg.Model, dims: dims}, nil
 }
 
 // Embed implements memory.Embedder.
@@ -448,7 +450,11 @@ func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, erro
 	if !ok {
 		deadline = time.Now().Add(5 * time.Second)
 	}
-	body, err := sonic.Marshal(map[string]any{"model": e.model, "input": texts})
+	req0 := map[string]any{"model": e.model, "input": texts}
+	if e.dims > 0 {
+		req0["dimensions"] = e.dims
+	}
+	body, err := sonic.Marshal(req0)
 	if err != nil {
 		return nil, err
 	}

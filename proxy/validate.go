@@ -83,8 +83,15 @@ var (
 		Message: "file_ids: attaching files to chat messages requires the Gateway-Version pin " +
 			codec.VersionChatFileIDs.String() + " or later.",
 		Detail: codec.Detail{RequiredVersion: codec.VersionChatFileIDs.String()}}
-	errFileIDsScope    = scopeRefusal("file_ids", hotpath.FamilyFiles)
-	errFileNotFound    = &codec.Error{Code: codec.CodeFileNotFound, Message: "No such file."}
+	errFileIDsScope = scopeRefusal("file_ids", hotpath.FamilyFiles)
+	errFileNotFound = &codec.Error{Code: codec.CodeFileNotFound, Message: "No such file."}
+	// errMemoryVersion refuses memory under a pin that predates it: that
+	// version's gateway would have answered and captured anyway, so the
+	// request cannot be served as it asks.
+	errMemoryVersion = &codec.Error{Code: codec.CodeInvalidRequest,
+		Message: "memory: the memory switch requires the Gateway-Version pin " +
+			codec.VersionMemoryPin.String() + " or later.",
+		Detail: codec.Detail{RequiredVersion: codec.VersionMemoryPin.String()}}
 	errRecallScope     = scopeRefusal("memory.recall", hotpath.FamilyMemory)
 	errCaptureScope    = scopeRefusal("memory.capture", hotpath.FamilyMemory)
 	errRulesScope      = scopeRefusal("rules", hotpath.FamilyRules)
@@ -205,6 +212,9 @@ func checkChat(intent *chatIntent, req *codec.ChatRequest, wire chatWire, tiers 
 	// memory and standing rules: native routes only; the OpenAI route
 	// ignores the fields and never recalls, captures or injects rules.
 	if native {
+		if req.Memory != nil && pinned && version < codec.VersionMemoryPin {
+			return errMemoryVersion
+		}
 		if e := intentMemory(intent, req, p); e != nil {
 			return e
 		}

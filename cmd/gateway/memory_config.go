@@ -17,6 +17,7 @@ type memoryFile struct {
 	CaptureTier   *string        `yaml:"capture_tier"`
 	EmbedProvider *string        `yaml:"embed_provider"`
 	EmbedModel    *string        `yaml:"embed_model"`
+	EmbedDims     *int           `yaml:"embed_dimensions"`
 	RecallTimeout *time.Duration `yaml:"recall_timeout"`
 	CaptureWait   *time.Duration `yaml:"capture_wait"`
 }
@@ -29,6 +30,9 @@ type memorySettings struct {
 	// EmbedProvider and EmbedModel bind the gw-embed tier. Default: the
 	// built-in simulator, model gw-embed.
 	EmbedProvider, EmbedModel string
+	// EmbedDimensions asks the embed tier for vectors of this length (the
+	// OpenAI dimensions parameter); 0 takes the model's own.
+	EmbedDimensions int
 	// RecallTimeout bounds recall and rules before the upstream call.
 	// Default 1s.
 	RecallTimeout time.Duration
@@ -47,6 +51,10 @@ func loadMemory(f memoryFile, tiers []hotpath.Tier, providers map[string]provide
 	set(&m.CaptureTier, f.CaptureTier)
 	set(&m.EmbedProvider, f.EmbedProvider)
 	set(&m.EmbedModel, f.EmbedModel)
+	set(&m.EmbedDimensions, f.EmbedDims)
+	if m.EmbedDimensions < 0 || m.EmbedDimensions > 8192 {
+		return m, fmt.Errorf("config memory.embed_dimensions: must be from 0 to 8192")
+	}
 	set(&m.RecallTimeout, f.RecallTimeout)
 	set(&m.CaptureWait, f.CaptureWait)
 	i := tierIndex(tiers, m.CaptureTier)
@@ -89,7 +97,7 @@ func (a *app) buildMemory(st settings, ups map[string]*proxy.Upstream, db *stora
 			}
 		}
 	}
-	emb, err := proxy.NewEmbedder(ec)
+	emb, err := proxy.NewEmbedder(ec, m.EmbedDimensions)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config memory: %w", err)
 	}
