@@ -3,10 +3,16 @@
 package proxy
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath/memory"
 )
 
 // maxRequestAllocs is the budget for one whole non-streaming request
@@ -58,4 +64,47 @@ func TestLongStreamAllocatesNothingPerFrame(t *testing.T) {
 	b := testing.AllocsPerRun(20, func() { long.stream(t) })
 	t.Logf("allocations per streaming request: %.0f with 10 frames, %.0f with 4000 (190 KiB)", a, b)
 	require.LessOrEqual(t, b-a, 1.0, "allocations per frame")
+}
+
+// countingStore counts every call chat makes to the memory store.
+type countingStore struct{ calls atomic.Int64 }
+
+func (s *countingStore) Candidates(context.Context, memory.Caller, string) ([]memory.Candidate, error) {
+	s.calls.Add(1)
+	return nil, nil
+}
+
+func (s *countingStore) Capture(context.Context, memory.Caller, []memory.Fact, [][]float32) ([]memory.Captured, error) {
+	s.calls.Add(1)
+	return nil, nil
+}
+
+func (s *countingStore) Rules(context.Context, memory.Caller) ([]memory.Rule, error) {
+	s.calls.Add(1)
+	return nil, nil
+}
+
+// nativeAllocs measures a non-streaming /api/v1/chat request.
+func nativeAllocs(t *testing.T, opts ...func(*fixtureOptions)) float64 {
+	f := newRequestHarness(t, opts...)
+	f.ctx.Request.SetRequestURI("/api/v1/chat")
+	for range 50 {
+		f.do(t)
+	}
+	return testing.AllocsPerRun(200, func() { f.do(t) })
+}
+
+// A native request that uses no memory and no rules (a developer key's
+// default) costs exactly what it costs with no memory wired at all, and
+// never reaches the store.
+func TestNativeRequestWithoutMemoryAllocationBudget(t *testing.T) {
+	store := &countingStore{}
+	without := nativeAllocs(t)
+	with := nativeAllocs(t, func(o *fixtureOptions) {
+		o.memory = &MemoryConfig{Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	})
+	t.Logf("allocations per native request: %.0f without memory wired, %.0f with it (switches off)", without, with)
+	require.Equal(t, without, with)
+	require.LessOrEqual(t, with, float64(maxRequestAllocs))
+	require.Zero(t, store.calls.Load(), "no store call, so no database round trip")
 }

@@ -57,6 +57,7 @@ type fixtureOptions struct {
 	tcp         bool // serve on a loopback TCP listener, not in memory
 	keepAlive   time.Duration
 	clientConn  func(net.Conn) net.Conn // wraps each accepted client connection
+	memory      *MemoryConfig
 }
 
 // wrapListener wraps each connection it accepts.
@@ -113,7 +114,8 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	var err error
 	f.chat, err = NewChat(ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: o.idempotency, MaxInFlight: o.maxInFlight,
-		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive})
+		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive,
+		Memory: o.memory})
 	require.NoError(t, err)
 	t.Cleanup(f.chat.Close)
 
