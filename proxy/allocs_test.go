@@ -3,16 +3,12 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/edgegw/gateway/hotpath/memory"
 )
 
 // maxRequestAllocs is the budget for one whole non-streaming request
@@ -64,24 +60,6 @@ func TestLongStreamAllocatesNothingPerFrame(t *testing.T) {
 	b := testing.AllocsPerRun(20, func() { long.stream(t) })
 	t.Logf("allocations per streaming request: %.0f with 10 frames, %.0f with 4000 (190 KiB)", a, b)
 	require.LessOrEqual(t, b-a, 1.0, "allocations per frame")
-}
-
-// countingStore counts every call chat makes to the memory store.
-type countingStore struct{ calls atomic.Int64 }
-
-func (s *countingStore) Candidates(context.Context, memory.Caller, string) ([]memory.Candidate, error) {
-	s.calls.Add(1)
-	return nil, nil
-}
-
-func (s *countingStore) Capture(context.Context, memory.Caller, []memory.Fact, [][]float32) ([]memory.Captured, error) {
-	s.calls.Add(1)
-	return nil, nil
-}
-
-func (s *countingStore) Rules(context.Context, memory.Caller) ([]memory.Rule, error) {
-	s.calls.Add(1)
-	return nil, nil
 }
 
 // nativeAllocs measures a non-streaming /api/v1/chat request.

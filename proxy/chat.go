@@ -440,7 +440,6 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		return false, cerr
 	}
 	t.intent = intent
-	t.prepareMemory(c)
 	t.bound, t.images = promptBound(&t.req), hasImages(&t.req)
 	if l := t.ch.cfg.Limits; l != nil && intent.Auto {
 		t.poolsLow = l.PoolsLow(context.Background(), c.Start, c.User)
@@ -466,6 +465,14 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	}
 	if cerr := t.admit(ctx, c); cerr != nil {
 		return false, cerr
+	}
+	if t.prepareMemory(c) {
+		// Only an admitted turn reads memory and rules; what they add is
+		// prompt, so the window is checked again with it.
+		t.bound, t.counted = promptBound(&t.req), false
+		if cerr := t.checkContext(); cerr != nil {
+			return false, cerr
+		}
 	}
 	t.head = codec.Head{ID: t.newCompletionID(), Created: time.Now().Unix(), Model: t.up.Tier.Name}
 	t.gw = codec.AppendGW(t.gw[:0], t.requestID, &t.routing)

@@ -82,13 +82,15 @@ func lastUserText(msgs []codec.Message) string {
 
 // prepareMemory recalls, resolves the rules and injects them as one framed
 // context message before the first user message, where the user's own
-// words come after it and override it. It never fails the turn: a store or
-// embed tier that cannot answer in time leaves the turn without them.
-func (t *turn) prepareMemory(c *hotpath.Call) {
+// words come after it and override it. It reports whether it injected
+// anything. It never fails the turn: a store or embed tier that cannot
+// answer in time leaves the turn without them. It runs after admission, so
+// a refused request never reaches the store.
+func (t *turn) prepareMemory(c *hotpath.Call) bool {
 	cfg := t.ch.cfg.Memory
 	in := &t.intent
 	if cfg == nil || !(in.MemoryRecall || in.MemoryCapture || in.Rules) {
-		return
+		return false
 	}
 	m := &turnMemory{cfg: cfg, capture: in.MemoryCapture && cfg.Extractor != nil,
 		caller: memory.Caller{OrgID: c.User.OrgID, UserID: c.User.UserID}}
@@ -98,7 +100,7 @@ func (t *turn) prepareMemory(c *hotpath.Call) {
 	m.userText = lastUserText(t.req.Messages)
 	t.mem = m
 	if !in.MemoryRecall && !in.Rules {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.RecallTimeout)
 	defer cancel()
@@ -116,7 +118,7 @@ func (t *turn) prepareMemory(c *hotpath.Call) {
 		recalled = t.recall(ctx, m)
 	}
 	if len(rules) == 0 && len(recalled) == 0 {
-		return
+		return false
 	}
 	t.injectContext(rules, recalled)
 	if len(recalled) > 0 {
@@ -135,6 +137,7 @@ func (t *turn) prepareMemory(c *hotpath.Call) {
 		}
 		m.fields = codec.AppendRulesField(m.fields, len(rules), sources)
 	}
+	return true
 }
 
 // recall ranks the caller's candidates against the turn's text: by
