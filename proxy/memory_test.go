@@ -32,27 +32,6 @@ func TestMemoryRunsOnlyForAdmittedTurns(t *testing.T) {
 	require.EqualValues(t, 2, store.calls.Load(), "a refused turn reads nothing")
 }
 
-func TestRankKeepsTheBudgetAndTheThreshold(t *testing.T) {
-	q := []float32{1, 0, 0}
-	cands := []memory.Candidate{
-		{Scope: "personal", Key: "far", Value: "x", Vector: []float32{0, 1, 0}},
-		{Scope: "org", Key: "near", Value: "y", Vector: []float32{0.9, 0.1, 0}},
-		{Scope: "vault", Key: "words", Value: "z", TextRank: 0.1},
-		{Scope: "personal", Key: "big", Value: string(make([]byte, 4096)), Vector: []float32{1, 0, 0}},
-		{Scope: "vault", Key: "mentioned", Value: "m", Vector: []float32{0.5, 0.5, 0}, Mentioned: true},
-	}
-	var keys []string
-	for _, r := range memory.Rank(cands, q, memory.BudgetTokens) {
-		keys = append(keys, r.Key)
-	}
-	require.Equal(t, []string{"near", "mentioned", "words"}, keys, "best first; below the threshold and over the budget left out")
-	keys = keys[:0]
-	for _, r := range memory.Rank(cands, nil, memory.BudgetTokens) {
-		keys = append(keys, r.Key)
-	}
-	require.Equal(t, []string{"words"}, keys, "without a query vector, full text alone")
-}
-
 // countingStore counts every call chat makes to the memory store.
 type countingStore struct{ calls atomic.Int64 }
 

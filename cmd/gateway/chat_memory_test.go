@@ -288,6 +288,16 @@ func TestChatStandingRules(t *testing.T) {
 	gw = bob.chat(t, turnBody("how far is the moon", "vault_id", "garbage"))
 	require.Equal(t, map[string]any{"count": 1.0, "rulesets": []any{"org"}}, gw["rules_applied"], "an unreadable vault gives org rules")
 
+	r := bob.do(t, "POST", "/api/v2/chat", turnBody("how far is the moon", "vault_id", v))
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.Equal(t, map[string]any{"count": 2.0, "rulesets": []any{"vault"}}, r.body["rules_applied"], "v2: top level")
+	start := bob.stream(t, "/api/v2/chat", turnBody("how far is the moon", "vault_id", v))[0]
+	require.Equal(t, "start", start.event)
+	require.Equal(t, map[string]any{"count": 2.0, "rulesets": []any{"vault"}}, start.data["rules_applied"], "v2 stream: the start event")
+	primer := bob.stream(t, "/api/v1/chat", turnBody("how far is the moon", "vault_id", v))[0]
+	require.Equal(t, map[string]any{"count": 2.0, "rulesets": []any{"vault"}}, primer.data["gw"].(map[string]any)["rules_applied"],
+		"v1 stream: the role primer")
+
 	gw = bob.chat(t, turnBody("how far is the moon", "rules", false))
 	require.NotContains(t, gw, "rules_applied")
 	require.Len(t, rec.last(t, "/v1/chat/completions", isChat)["messages"], 1)
