@@ -90,8 +90,9 @@ type MemoryFilter struct {
 // memoryRows runs the resolved view of c: the caller's personal memory,
 // the organization's and the readable default vaults', or inside a
 // readable vault_only vault that vault's alone. isolated is the vault_only
-// vault in force ("" for none); text ranks the rows; mentioned marks rows
-// of the accepted mentions.
+// vault in force ("" for none); text ranks the rows (any of its words
+// matches; a row matching none ranks 0); mentioned marks rows of the
+// accepted mentions.
 func (db *DB) memoryRows(ctx context.Context, c memory.Caller, isolated, text string, mentioned []string, f MemoryFilter) ([]Memory, error) {
 	args := []any{c.OrgID, c.UserID, nil, text, mentioned, f.Scope}
 	if isolated != "" {
@@ -105,9 +106,11 @@ func (db *DB) memoryRows(ctx context.Context, c memory.Caller, isolated, text st
 			mem.scope <> 'personal' and exists (select 1 from membership_departures d
 				where d.org_id = mem.org_id and d.user_id = mem.author_id and d.memory_frozen),
 			mem.embedding,
-			case when $4 = '' then 0 else ts_rank(mem.search, plainto_tsquery('simple', $4)) end,
+			case when q.q is not null and mem.search @@ q.q then ts_rank(mem.search, q.q) else 0 end,
 			coalesce(mem.vault_id = any($5::uuid[]), false)
 		from memories mem left join rv on rv.id = mem.vault_id
+		cross join (select case when $4 = '' then null
+			else replace(plainto_tsquery('simple', $4)::text, ' & ', ' | ')::tsquery end as q) q
 		where mem.org_id = $1 and ($6 = '' or mem.scope = $6) and case
 			when $3::uuid is not null then mem.vault_id = $3::uuid and rv.id is not null
 			else (mem.scope = 'personal' and mem.owner_id = $2) or mem.scope = 'org'

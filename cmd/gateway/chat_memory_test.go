@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -48,7 +49,7 @@ func isChat(m map[string]any) bool { return m["response_format"] == nil }
 
 // startMemoryApp starts the gateway with every tier and the gw-embed tier
 // on a recorded simulator, and capture bounded by captureWait.
-func startMemoryApp(t *testing.T, captureWait string) (*testApp, *recorder) {
+func startMemoryApp(t *testing.T, captureWait string, embedDown ...bool) (*testApp, *recorder) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -68,18 +69,28 @@ func startMemoryApp(t *testing.T, captureWait string) (*testApp, *recorder) {
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
+	// "down" is a provider nothing listens on: the embed tier is down.
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, dead.Close())
+	embed := "rec"
+	if len(embedDown) > 0 && embedDown[0] {
+		embed = "down"
+	}
 	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(`
 providers:
   rec:
     base_url: `+srv.URL+`/v1
+  down:
+    base_url: http://`+dead.Addr().String()+`/v1
 tiers:
   kavi:  {provider: rec, upstream_model: sim-large, reasons: true}
   vaani: {provider: rec, upstream_model: sim-medium, reasons: true}
   mira:  {provider: rec, upstream_model: sim-small, reasons: false}
 memory:
   capture_tier: mira
-  embed_provider: rec
+  embed_provider: `+embed+`
   embed_model: gw-embed
   embed_dimensions: 512
   capture_wait: `+captureWait+`
@@ -223,6 +234,9 @@ func TestChatMemoryRecall(t *testing.T) {
 		dev := convMember(t, ta, owner.orgID, "dev@example.com", "member")
 		dev.remember(t, map[string]any{"key": "tea", "value": "brew green tea each morning"})
 		require.NotContains(t, dev.chat(t, turnBody(question)), "memory_recall", "a developer key recalls only when asked")
+		headless := convMember(t, ta, owner.orgID, "headless@example.com", "member", "--kind", "headless", "--credits-usd", "5")
+		headless.remember(t, map[string]any{"key": "tea", "value": "brew black tea each morning"})
+		require.NotContains(t, headless.chat(t, turnBody(question)), "memory_recall", "nor does a headless key")
 		require.ElementsMatch(t, []string{"personal:tea", "org:kettle"},
 			recallKeys(dev.chat(t, turnBody(question, "memory", map[string]any{"recall": true}))))
 	})
@@ -248,6 +262,20 @@ func TestChatMemoryRecall(t *testing.T) {
 		require.Equal(t, 200, ada.do(t, "POST", "/api/v1/chat", turnBody(question, "memory", map[string]any{"recall": false}),
 			"Gateway-Version", "2026-09-26").status)
 	})
+}
+
+// With the embed tier down, memories are stored without vectors and
+// recall ranks by full text.
+func TestChatRecallFullTextFallback(t *testing.T) {
+	ta, _ := startMemoryApp(t, "2s", true)
+	ada := signedIn(t, ta, convTenant(t, ta, "owner@example.com").orgID, "ada@example.com", "member")
+	ada.remember(t, map[string]any{"key": "tea", "value": "brew oolong tea each morning"})
+	ada.remember(t, map[string]any{"key": "bikes", "value": "bicycles are parked in the basement"})
+	var n int
+	require.NoError(t, ta.db.Pool.QueryRow(context.Background(), `select count(*) from memories where embedding is null`).Scan(&n))
+	require.Equal(t, 2, n)
+	gw := ada.chat(t, turnBody("which tea should I brew", "memory", map[string]any{"capture": false}))
+	require.Equal(t, []string{"personal:tea"}, recallKeys(gw))
 }
 
 func TestChatStandingRules(t *testing.T) {
