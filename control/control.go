@@ -78,6 +78,7 @@ func (a *API) Register(r Registrar) {
 	r.Handle(fasthttp.MethodDelete, "/api/v1/keys/{id}", user("keys_revoke", hotpath.FamilyOrg), a.revokeKey)
 	r.Handle(fasthttp.MethodPost, "/api/v1/keys/{id}/rotate", user("keys_rotate", hotpath.FamilyOrg), a.rotateKey)
 	a.registerLogs(r)
+	a.registerFeedback(r)
 	a.registerLimits(r)
 	a.registerConversations(r)
 	a.registerOrg(r)

@@ -424,28 +424,19 @@ func (e *Extractor) Extract(ctx context.Context, user, answer string) ([]memory.
 	return facts, nil
 }
 
-// Embedder calls an OpenAI-compatible /embeddings endpoint (the gw-embed
-// tier).
+// Embedder calls the gw-embed tier's OpenAI-compatible /embeddings
+// endpoint for memory: its binding is the auxiliary tier's, one owner.
 type Embedder struct {
-	client *fasthttp.HostClient
-	url    string
-	auth   string
-	model  string
-	dims   int
+	up   *Upstream
+	dims int
 }
 
 var _ memory.Embedder = (*Embedder)(nil)
 
-// NewEmbedder binds the gw-embed tier to cfg (BaseURL, APIKey, Model,
-// Dial); dims, when positive, asks for vectors of that length.
-func NewEmbedder(cfg UpstreamConfig, dims int) (*Embedder, error) {
-	up, err := NewUpstream(&hotpath.Tier{Name: "gw-embed"}, cfg, hotpath.NewBreaker(hotpath.BreakerConfig{}, nil))
-	if err != nil {
-		return nil, err
-	}
-	return &Embedder{client: up.plain, url: strings.TrimSuffix(cfg.BaseURL, "/") + "/embeddings", auth: up.auth,
-		model: cfg.Model, dims: dims}, nil
-}
+// NewEmbedder embeds on up, the gw-embed tier's upstream; dims, when
+// positive, asks for vectors of that length (the OpenAI dimensions
+// parameter).
+func NewEmbedder(up *Upstream, dims int) *Embedder { return &Embedder{up: up, dims: dims} }
 
 // Embed implements memory.Embedder.
 func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
@@ -453,7 +444,7 @@ func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, erro
 	if !ok {
 		deadline = time.Now().Add(5 * time.Second)
 	}
-	req0 := map[string]any{"model": e.model, "input": texts}
+	req0 := map[string]any{"model": e.up.cfg.Model, "input": texts}
 	if e.dims > 0 {
 		req0["dimensions"] = e.dims
 	}
@@ -465,14 +456,14 @@ func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, erro
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(e.url)
+	req.SetRequestURI(e.up.url)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
-	if e.auth != "" {
-		req.Header.Set("Authorization", e.auth)
+	if e.up.auth != "" {
+		req.Header.Set("Authorization", e.up.auth)
 	}
 	req.SetBodyRaw(body)
-	if err := e.client.DoDeadline(req, resp, deadline); err != nil {
+	if err := e.up.plain.DoDeadline(req, resp, deadline); err != nil {
 		return nil, fmt.Errorf("cannot call the embed tier: %w", err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {

@@ -88,10 +88,10 @@ tiers:
   kavi:  {provider: rec, upstream_model: sim-large, reasons: true}
   vaani: {provider: rec, upstream_model: sim-medium, reasons: true}
   mira:  {provider: rec, upstream_model: sim-small, reasons: false}
+aux_tiers:
+  gw-embed: {provider: `+embed+`, upstream_model: gw-embed}
 memory:
   capture_tier: mira
-  embed_provider: `+embed+`
-  embed_model: gw-embed
   embed_dimensions: 512
   capture_wait: `+captureWait+`
 `), 0o600))

@@ -20,7 +20,6 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/control"
@@ -261,7 +260,6 @@ type app struct {
 	admin    *http.Server
 	adminLn  net.Listener
 	sim      *sim.Server
-	simLn    *fasthttputil.InmemoryListener
 	chat     *proxy.Chat
 	ledger   *storage.Ledger
 	counters *storage.RedisCounters
@@ -424,14 +422,11 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	if a.redis != nil {
 		idem = storage.NewRedisIdempotency(a.redis, "gw:", cfg.IdempotencyTTL, 0)
 	}
-	mem, embedder, err := a.buildMemory(st, ups, a.db, log)
-	if err != nil {
-		a.shutdown()
-		return nil, err
-	}
+	mem, embedder := buildMemory(st, ups, a.db, log)
 	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set,
 		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive),
-		Memory: mem})
+		Aux: proxy.AuxConfig{Embed: ups[hotpath.TierEmbed], Rerank: ups[hotpath.TierRerank], Guard: ups[hotpath.TierGuard],
+			RerankShape: st.RerankShape, GuardConcurrency: st.GuardConcurrency}, Gates: st.Gates, Memory: mem})
 	if err != nil {
 		a.shutdown()
 		return nil, err

@@ -18,12 +18,25 @@ import (
 // listener: the embedded default behind `make run`.
 func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.Upstream, error) {
 	ups := map[string]*proxy.Upstream{}
+	var simLn *fasthttputil.InmemoryListener
+	all := make([]*hotpath.Tier, 0, len(st.Tiers)+len(st.AuxTiers))
 	for i := range st.Tiers {
-		t := &st.Tiers[i]
+		all = append(all, &st.Tiers[i])
+	}
+	for i := range st.AuxTiers {
+		all = append(all, &st.AuxTiers[i])
+	}
+	for _, t := range all {
 		b := st.Bindings[t.Name]
 		uc := proxy.UpstreamConfig{
 			Model: b.UpstreamModel, SystemPrompt: b.SystemPrompt, Reasons: b.Reasons,
 			StreamIdle: b.StreamIdleTimeout, MaxResponseBytes: a.cfg.UpstreamMaxResponse, MaxEventBytes: a.cfg.UpstreamMaxEvent,
+		}
+		switch t.Name {
+		case hotpath.TierEmbed:
+			uc.Path = "/embeddings"
+		case hotpath.TierRerank:
+			uc.Path = "/rerank"
 		}
 		switch {
 		case b.Retries == nil: // the upstream default
@@ -33,7 +46,12 @@ func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.U
 			uc.Retries = *b.Retries
 		}
 		if b.Provider == simProvider {
-			ln := a.simListener(log)
+			if simLn == nil {
+				simLn = fasthttputil.NewInmemoryListener()
+				a.sim = sim.New(sim.Config{TTFT: a.cfg.SimTTFT, ITL: a.cfg.SimITL, Log: log})
+				go func() { _ = a.sim.Serve(simLn) }()
+			}
+			ln := simLn
 			uc.BaseURL = "http://simulator.internal/v1"
 			uc.Dial = func(string) (net.Conn, error) { return ln.Dial() }
 		} else {
@@ -48,21 +66,9 @@ func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.U
 		}
 		up, err := proxy.NewUpstream(t, uc, hotpath.NewBreaker(hotpath.BreakerConfig{}, nil))
 		if err != nil {
-			return nil, fmt.Errorf("config tiers.%s: %w", t.Name, err)
+			return nil, fmt.Errorf("config tiers.%s: %w", t.Name, err) // aux tiers are named by their gw- prefix
 		}
 		ups[t.Name] = up
 	}
 	return ups, nil
-}
-
-// simListener starts the in-process simulator on first use and returns
-// its listener.
-func (a *app) simListener(log *slog.Logger) *fasthttputil.InmemoryListener {
-	if a.simLn == nil {
-		a.simLn = fasthttputil.NewInmemoryListener()
-		a.sim = sim.New(sim.Config{TTFT: a.cfg.SimTTFT, ITL: a.cfg.SimITL, Log: log})
-		ln := a.simLn
-		go func() { _ = a.sim.Serve(ln) }()
-	}
-	return a.simLn
 }
