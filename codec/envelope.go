@@ -11,7 +11,7 @@ import (
 //
 // followed by the detail fields that are set, in this order: required_scope,
 // required_version, reason, error_description, file_id, filename, bound,
-// limit, tokens, reset_at, mira_available, vision_tiers. The request id is
+// category, position, limit, tokens, reset_at, mira_available, vision_tiers. The request id is
 // always written, as "" when empty. A nil e is written as ErrInternal.
 // Detail.RetryAfter is not written.
 func AppendV1Error(dst []byte, e *Error, requestID []byte) []byte {
@@ -33,6 +33,11 @@ func AppendV1Error(dst []byte, e *Error, requestID []byte) []byte {
 	dst = appendStringField(dst, `,"file_id":`, d.FileID)
 	dst = appendStringField(dst, `,"filename":`, d.Filename)
 	dst = appendStringField(dst, `,"bound":`, d.Bound)
+	dst = appendStringField(dst, `,"category":`, d.Category)
+	if d.HasPosition {
+		dst = append(dst, `,"position":`...)
+		dst = strconv.AppendInt(dst, d.Position, 10)
+	}
 	if d.HasLimit {
 		dst = append(dst, `,"limit":`...)
 		dst = strconv.AppendInt(dst, d.Limit, 10)

@@ -20,6 +20,9 @@ var fullError = &Error{
 		FileID:           "file_123",
 		Filename:         "notes\u2028.txt",
 		Bound:            "max_tokens",
+		Category:         "email",
+		Position:         2,
+		HasPosition:      true,
 		Limit:            4096,
 		HasLimit:         true,
 		Tokens:           -1,
@@ -103,7 +106,7 @@ func TestAppendV1Error(t *testing.T) {
 			want: `{"code":"key_scope_forbidden","error":"key \"k1\" lacks <scope>\n","request_id":"req_full",` +
 				`"required_scope":"chat:write","required_version":"2026-10-05","reason":"scope",` +
 				`"error_description":"tab\there","file_id":"file_123","filename":"notes\u2028.txt",` +
-				`"bound":"max_tokens","limit":4096,"tokens":-1,"reset_at":"2026-10-07T12:00:00Z",` +
+				`"bound":"max_tokens","category":"email","position":2,"limit":4096,"tokens":-1,"reset_at":"2026-10-07T12:00:00Z",` +
 				`"mira_available":true,"vision_tiers":["pro","team"]}`,
 		},
 	}
@@ -130,6 +133,8 @@ func TestAppendV1ErrorDecodes(t *testing.T) {
 		FileID           string   `json:"file_id"`
 		Filename         string   `json:"filename"`
 		Bound            string   `json:"bound"`
+		Category         string   `json:"category"`
+		Position         *int64   `json:"position"`
 		Limit            *int64   `json:"limit"`
 		Tokens           *int64   `json:"tokens"`
 		ResetAt          string   `json:"reset_at"`
@@ -152,6 +157,8 @@ func TestAppendV1ErrorDecodes(t *testing.T) {
 	require.Equal(t, d.FileID, got.FileID)
 	require.Equal(t, d.Filename, got.Filename)
 	require.Equal(t, d.Bound, got.Bound)
+	require.Equal(t, d.Category, got.Category)
+	require.Equal(t, d.Position, *got.Position)
 	require.Equal(t, d.Limit, *got.Limit)
 	require.Equal(t, d.Tokens, *got.Tokens)
 	require.Equal(t, "2026-10-07T12:00:00Z", got.ResetAt)

@@ -89,6 +89,7 @@ const (
 	CodeWorkspaceNotEmpty       // 409
 	CodeWorkspaceIsDefault      // 409
 	CodePromptSlugExists        // 409
+	CodeMemoryNotFound          // 404
 
 	// codeCount is one past the last valid code: valid codes are 1 <= c < codeCount.
 	codeCount
@@ -189,6 +190,7 @@ var codeTable = [codeCount]codeInfo{
 	CodeWorkspaceNotEmpty:            {"workspace_not_empty", 409, typeInvalidRequest, "The workspace holds or has held a credential."},
 	CodeWorkspaceIsDefault:           {"workspace_is_default", 409, typeInvalidRequest, "The default workspace cannot be deleted."},
 	CodePromptSlugExists:             {"prompt_slug_exists", 409, typeInvalidRequest, "A prompt with this slug already exists."},
+	CodeMemoryNotFound:               {"memory_not_found", 404, typeNotFound, "The memory was not found."},
 }
 
 var codeBySlug = func() map[string]Code {
@@ -271,6 +273,15 @@ type Detail struct {
 	Filename string
 	// Bound is written as "bound" when non-empty.
 	Bound string
+	// Category is written as "category" when non-empty (the kind of
+	// personal data a pii_rejected text carried).
+	Category string
+
+	// Position is written as "position" when HasPosition is true (the
+	// index of the offending element of an array field).
+	Position int64
+	// HasPosition reports whether Position is set.
+	HasPosition bool
 
 	// Limit is written as "limit" when HasLimit is true.
 	Limit int64

@@ -16,6 +16,7 @@ import (
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/control/filetext"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/memory"
 	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/storage"
 )
@@ -60,7 +61,11 @@ type API struct {
 	Files    FilesConfig
 	fileText *filetext.Reader
 	// Status builds GET /api/status; nil leaves the route out.
-	Status   *Status
+	Status *Status
+	// Embed computes the gw-embed vector stored beside a memory written by
+	// hand; nil (or a failing tier) stores it without one, and recall then
+	// finds it by its words.
+	Embed    memory.Embedder
 	signin   *signIn
 	draining atomic.Bool
 }
@@ -93,6 +98,9 @@ func (a *API) Register(r Registrar) {
 	a.registerPrompts(r)
 	a.registerFiles(r)
 	a.registerEvals(r)
+	a.registerVaults(r)
+	a.registerMemories(r)
+	a.registerRules(r)
 	a.registerSignIn(r)
 }
 

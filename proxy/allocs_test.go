@@ -3,6 +3,8 @@
 package proxy
 
 import (
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -58,4 +60,29 @@ func TestLongStreamAllocatesNothingPerFrame(t *testing.T) {
 	b := testing.AllocsPerRun(20, func() { long.stream(t) })
 	t.Logf("allocations per streaming request: %.0f with 10 frames, %.0f with 4000 (190 KiB)", a, b)
 	require.LessOrEqual(t, b-a, 1.0, "allocations per frame")
+}
+
+// nativeAllocs measures a non-streaming /api/v1/chat request.
+func nativeAllocs(t *testing.T, opts ...func(*fixtureOptions)) float64 {
+	f := newRequestHarness(t, opts...)
+	f.ctx.Request.SetRequestURI("/api/v1/chat")
+	for range 50 {
+		f.do(t)
+	}
+	return testing.AllocsPerRun(200, func() { f.do(t) })
+}
+
+// A native request that uses no memory and no rules (a developer key's
+// default) costs exactly what it costs with no memory wired at all, and
+// never reaches the store.
+func TestNativeRequestWithoutMemoryAllocationBudget(t *testing.T) {
+	store := &countingStore{}
+	without := nativeAllocs(t)
+	with := nativeAllocs(t, func(o *fixtureOptions) {
+		o.memory = &MemoryConfig{Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	})
+	t.Logf("allocations per native request: %.0f without memory wired, %.0f with it (switches off)", without, with)
+	require.Equal(t, without, with)
+	require.LessOrEqual(t, with, float64(maxRequestAllocs))
+	require.Zero(t, store.calls.Load(), "no store call, so no database round trip")
 }

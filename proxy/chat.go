@@ -75,6 +75,9 @@ type ChatConfig struct {
 	// and request context back as soon as it takes the connection over, and
 	// closes the connection itself.
 	ConnsKept bool
+	// Memory serves memory recall, capture and standing rules on the
+	// native routes; nil serves turns without them.
+	Memory *MemoryConfig
 }
 
 // Chat serves POST /api/v1/chat, POST /api/v2/chat and
@@ -126,6 +129,12 @@ type chatMetrics struct {
 func NewChat(cfg ChatConfig) (*Chat, error) {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 10_000
+	}
+	if cfg.Memory != nil {
+		if cfg.Memory.Store == nil || cfg.Memory.Log == nil {
+			return nil, errors.New("memory: a store and a log are required")
+		}
+		cfg.Memory.defaults()
 	}
 	ch := &Chat{cfg: cfg, tiers: cfg.Tiers, gate: hotpath.NewGate(cfg.MaxInFlight), quietEvery: cfg.KeepAliveInterval,
 		watch: newDepartures()}
@@ -259,7 +268,9 @@ type turn struct {
 	answer    codec.Answer
 	start     time.Time
 	upstream  time.Duration
-	out       []byte
+	// mem is the turn's memory and rules; nil when it uses neither.
+	mem *turnMemory
+	out []byte
 	// ahead holds what the client sent past a stream's request (the next
 	// request, pipelined), given back with the connection.
 	ahead     []byte
@@ -546,8 +557,20 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if cerr := t.moderateInput(); cerr != nil {
 		return false, cerr
 	}
+	if t.prepareMemory(c) {
+		// Only an admitted turn the gate let through reads memory and
+		// rules; what they add is prompt, so the window is checked again
+		// with it.
+		t.bound, t.counted = promptBound(&t.req), false
+		if cerr := t.checkContext(); cerr != nil {
+			return false, cerr
+		}
+	}
 	t.head = codec.Head{ID: t.newCompletionID(), Created: time.Now().Unix(), Model: t.up.Tier.Name}
 	t.gw = codec.AppendGW(t.gw[:0], t.requestID, &t.routing)
+	if f := t.memoryFields(); f != nil {
+		t.gw = codec.SpliceFields(t.gw, 0, f)
+	}
 
 	var claim hotpath.Claim
 	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire == chatOpenAI && !t.req.Stream && t.ch.cfg.Idempotency != nil {
@@ -869,12 +892,23 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		abandon(claim) // billed, and a retry may pass: nothing is stored
 		return cerr
 	}
+	var captured []byte
+	if t.mem != nil {
+		t.mem.keepAnswer(c.Content)
+		t.startCapture()
+		if captured = t.captureField(); captured != nil && t.wire == chatV1 {
+			t.gw = codec.SpliceFields(t.gw, 0, captured)
+		}
+	}
 	t.out = t.out[:0]
 	switch t.wire {
 	case chatV1:
 		t.out = codec.AppendV1Completion(t.out, &t.head, &t.answer, &t.bill, t.gw)
 	case chatV2:
 		t.out = codec.AppendV2Completion(t.out, &t.head, &t.answer, &t.bill, t.requestID, &t.routing)
+		if t.mem != nil {
+			t.out = codec.SpliceFields(t.out, 0, append(t.memoryFields(), captured...))
+		}
 	default:
 		t.out = codec.AppendOpenAICompletion(t.out, &t.head, &t.answer, &t.bill)
 	}

@@ -60,6 +60,7 @@ type fixtureOptions struct {
 	clientConn  func(net.Conn) net.Conn // wraps each accepted client connection
 	aux         bool                    // bind the auxiliary tiers too
 	chat        func(*ChatConfig)       // adjusts the chat configuration
+	memory      *MemoryConfig
 }
 
 // wrapListener wraps each connection it accepts.
@@ -132,7 +133,8 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	var err error
 	cc := ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: o.idempotency, MaxInFlight: o.maxInFlight,
-		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive, Aux: aux}
+		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive, Aux: aux,
+		Memory: o.memory}
 	if o.chat != nil {
 		o.chat(&cc)
 	}

@@ -325,6 +325,9 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	// t.out holds the response head; the first frame goes out with it.
 	if t.wire == chatV2 {
 		t.out = codec.AppendV2Start(t.out, &t.head, t.requestID, &t.routing)
+		if f := t.memoryFields(); f != nil {
+			t.out = codec.SpliceFields(t.out, 2, f)
+		}
 	} else {
 		var gw []byte
 		if t.wire == chatV1 {
@@ -402,6 +405,9 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	if st.finish == "" {
 		st.finish = finishReason(nil, st.sawTools)
 	}
+	// Capture starts once the last content frame is in; its report goes
+	// in the usage frame (v1) or the finish event (v2), bounded in time.
+	t.startCapture()
 	t.beginFrame()
 	if t.wire == chatV2 {
 		// The finish event carries the usage.
@@ -412,6 +418,9 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 			t.out = codec.AppendV2Content(t.out, emptyContent)
 		}
 		t.out = codec.AppendV2Finish(t.out, st.finish, &t.bill)
+		if f := t.captureField(); f != nil {
+			t.out = codec.SpliceFields(t.out, 2, f)
+		}
 		t.last = true
 		return t.flush(w)
 	}
@@ -438,7 +447,12 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 		t.settleBill(&st.usage, true)
 	}
 	if usageFrame {
-		t.out = codec.AppendChunkUsage(t.out, &t.head, &t.bill, nil)
+		var gw []byte
+		if f := t.captureField(); f != nil && t.wire == chatV1 {
+			gw = codec.SpliceFields([]byte("{}"), 0, f)
+			gw = append(gw[:1], gw[2:]...) // {,"memory_capture":…} → {"memory_capture":…}
+		}
+		t.out = codec.AppendChunkUsage(t.out, &t.head, &t.bill, gw)
 	}
 	t.out = codec.AppendDone(t.out)
 	t.last = true
@@ -483,6 +497,9 @@ func (t *turn) relayRead(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chu
 		if len(chunk.Content) > 2 {
 			st.deltas++
 			t.deliver(chunk.Content)
+			if t.mem != nil {
+				t.mem.keepAnswer(chunk.Content)
+			}
 			if t.wire == chatV2 {
 				t.out = codec.AppendV2Content(t.out, chunk.Content)
 			} else {

@@ -90,6 +90,13 @@ var (
 	errTooManyFiles = &codec.Error{Code: codec.CodeInvalidRequest,
 		Message: "file_ids: at most " + strconv.Itoa(maxFilesPerMessage) + " files per message.",
 		Detail:  codec.Detail{Bound: "files_per_message", Limit: maxFilesPerMessage, HasLimit: true}}
+	// errMemoryVersion refuses memory under a pin that predates it: that
+	// version's gateway would have answered and captured anyway, so the
+	// request cannot be served as it asks.
+	errMemoryVersion = &codec.Error{Code: codec.CodeInvalidRequest,
+		Message: "memory: the memory switch requires the Gateway-Version pin " +
+			codec.VersionMemoryPin.String() + " or later.",
+		Detail: codec.Detail{RequiredVersion: codec.VersionMemoryPin.String()}}
 	errRecallScope     = scopeRefusal("memory.recall", hotpath.FamilyMemory)
 	errCaptureScope    = scopeRefusal("memory.capture", hotpath.FamilyMemory)
 	errRulesScope      = scopeRefusal("rules", hotpath.FamilyRules)
@@ -211,6 +218,9 @@ func checkChat(intent *chatIntent, req *codec.ChatRequest, wire chatWire, tiers 
 	// memory and standing rules: native routes only; the OpenAI route
 	// ignores the fields and never recalls, captures or injects rules.
 	if native {
+		if req.Memory != nil && pinned && version < codec.VersionMemoryPin {
+			return errMemoryVersion
+		}
 		if e := intentMemory(intent, req, p); e != nil {
 			return e
 		}

@@ -274,6 +274,19 @@ func appendBody(dst []byte, sc *Scenario, w Wire, model, fault string, padding [
 		dst = append(dst, `,"tools":`...)
 		dst = append(dst, toolsJSON...)
 	}
+	if w == WireV1 || w == WireV2 {
+		if m := sc.Memory; m != nil {
+			dst = append(dst, `,"memory":{"recall":`...)
+			dst = strconv.AppendBool(dst, m.Recall)
+			dst = append(dst, `,"capture":`...)
+			dst = strconv.AppendBool(dst, m.Capture)
+			dst = append(dst, '}')
+		}
+		if sc.Rules != nil {
+			dst = append(dst, `,"rules":`...)
+			dst = strconv.AppendBool(dst, *sc.Rules)
+		}
+	}
 	return append(dst, '}')
 }
 

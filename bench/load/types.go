@@ -73,6 +73,14 @@ type Scenario struct {
 	Inputs int `yaml:"inputs"`
 	// IncludeUsage asks for the usage frame on the OpenAI wires.
 	IncludeUsage bool `yaml:"include_usage"`
+	// Memory, when set, is sent as the memory switch of native-wire
+	// requests ({"recall":true,"capture":false}); Rules as their rules
+	// switch.
+	Memory *struct {
+		Recall  bool `yaml:"recall" json:"recall"`
+		Capture bool `yaml:"capture" json:"capture"`
+	} `yaml:"memory"`
+	Rules *bool `yaml:"rules"`
 
 	// PromptWords pads the user message to about this many words.
 	PromptWords int `yaml:"prompt_words"`

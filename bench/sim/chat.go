@@ -222,6 +222,21 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 		r.fault, r.faultAfter = d.fault, d.faultAfter
 	}
 
+	// A memory extractor's request: a json_schema response format with a
+	// facts or facts_fault directive in the turn it reads.
+	extractor := req.ResponseFormat != nil && req.ResponseFormat.Type == "json_schema" &&
+		(d.facts != nil || d.factsFault != "")
+	if extractor {
+		switch d.factsFault {
+		case "hang":
+			s.hang(ctx)
+			return
+		case "error":
+			statusError(ctx, fasthttp.StatusInternalServerError)
+			return
+		}
+	}
+
 	// What the reply is made of, before the max_tokens cap.
 	calls, err := chooseCalls(&req, &d, msgs)
 	if err != nil {
@@ -247,6 +262,8 @@ func (s *Server) chat(ctx *fasthttp.RequestCtx) {
 		wanted = appendCallChunks(wanted, r.calls)
 	case isGuard(req.Model):
 		wanted = appendTextChunks(wanted, guardVerdict(msgs, lastUser, &d))
+	case extractor:
+		wanted = appendTextChunks(wanted, factsContent(d.facts))
 	case d.hasReply:
 		wanted = appendTextChunks(wanted, d.reply)
 	case d.json || d.jsonInvalid || (req.ResponseFormat != nil && req.ResponseFormat.Type != "" && req.ResponseFormat.Type != "text"):
@@ -383,6 +400,23 @@ func toolArguments(params json.RawMessage) (string, error) {
 // jsonContent is the content of a JSON reply: an instance of the
 // json_schema, valid or not; without a schema, a small object, or when
 // invalid, an unterminated one.
+// factsContent is the extractor's answer for the facts directive.
+func factsContent(facts [][2]string) string {
+	type fact struct {
+		Kind  string `json:"kind"`
+		Key   string `json:"key"`
+		Value string `json:"value"`
+	}
+	out := struct {
+		Facts []fact `json:"facts"`
+	}{Facts: []fact{}}
+	for _, f := range facts {
+		out.Facts = append(out.Facts, fact{"preference", f[0], f[1]})
+	}
+	b, _ := sonic.Marshal(&out)
+	return string(b)
+}
+
 func jsonContent(rf *responseFormat, invalid bool, seed uint64) (string, error) {
 	if rf != nil && rf.JSONSchema != nil && len(rf.JSONSchema.Schema) > 0 {
 		schema, err := decodeSchema(rf.JSONSchema.Schema)

@@ -51,8 +51,12 @@ type directives struct {
 	hazards     []string
 	reply       string
 	hasReply    bool
-	garbled     bool // guard: a reply that is not a verdict
-	tie         bool // rerank: every document scores the same
+	// facts is what a memory extractor request (one with a json_schema
+	// response format) answers: key and value pairs.
+	facts      [][2]string
+	factsFault string // hang or error, for extractor requests only
+	garbled    bool   // guard: a reply that is not a verdict
+	tie        bool   // rerank: every document scores the same
 }
 
 // parseDirectives reads every [[sim:NAME]] and [[sim:NAME=VALUE]] marker in
@@ -162,6 +166,23 @@ func (d *directives) set(name, rawValue string, hasValue bool) error {
 			}
 			d.hazards = append(d.hazards, c)
 		}
+	case "facts":
+		d.facts = d.facts[:0]
+		for f := range strings.SplitSeq(value, "|") {
+			k, v, ok := strings.Cut(f, ":")
+			if k, v = strings.TrimSpace(k), strings.TrimSpace(v); !ok || k == "" || v == "" {
+				return errors.New("want key:value pairs separated by |")
+			}
+			d.facts = append(d.facts, [2]string{k, v})
+		}
+		if len(d.facts) > maxToolCall {
+			err = fmt.Errorf("at most %d facts", maxToolCall)
+		}
+	case "facts_fault":
+		if value != "hang" && value != "error" {
+			return errors.New("want hang or error")
+		}
+		d.factsFault = value
 	case "fault":
 		err = d.setFault(value)
 	default:

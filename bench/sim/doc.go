@@ -78,6 +78,11 @@
 //	[[sim:tie]]               rerank (in the query): every document scores 0.5,
 //	                          so the order falls to the index
 //	[[sim:fault=KIND]]        a failure, below
+//	[[sim:facts=K:V|K2:V2]]   a memory extractor's request (one with a json_schema
+//	                          response format) answers {"facts":[{"kind":"preference",
+//	                          "key":K,"value":V},…]}; other requests ignore it
+//	[[sim:facts_fault=F]]     such an extractor request hangs (F = hang) or answers
+//	                          500 (F = error)
 //
 // With response_format json_object or json_schema and no json directive the
 // reply is valid JSON, as from a model that honours it. Tool arguments and

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/bytedance/sonic"
 	"github.com/valyala/fasthttp"
@@ -74,7 +75,7 @@ func (s *Server) embeddings(ctx *fasthttp.RequestCtx) {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		embed(vec, hashString(in)^s.cfg.Seed)
+		embedText(vec, in, s.cfg.Seed)
 		out = append(out, `{"object":"embedding","index":`...)
 		out = strconv.AppendInt(out, int64(i), 10)
 		out = append(out, `,"embedding":`...)
@@ -105,6 +106,40 @@ func (s *Server) embeddings(ctx *fasthttp.RequestCtx) {
 	out = strconv.AppendInt(out, int64(n), 10)
 	out = append(out, "}}"...)
 	writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// embedText fills vec with the embedding of text: the normalised sum of
+// one random unit vector per distinct word (lowercase letters and digits),
+// so texts that share words are similar and texts that share none are
+// nearly orthogonal. A text without words gets a vector drawn from its
+// bytes.
+func embedText(vec []float32, text string, seed uint64) {
+	words := map[string]bool{}
+	for w := range strings.FieldsFuncSeq(strings.ToLower(text), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
+	}) {
+		words[w] = true
+	}
+	if len(words) == 0 {
+		embed(vec, hashString(text)^seed)
+		return
+	}
+	clear(vec)
+	one := make([]float32, len(vec))
+	for w := range words {
+		embed(one, hashString(w)^seed)
+		for i := range vec {
+			vec[i] += one[i]
+		}
+	}
+	var sum float64
+	for _, x := range vec {
+		sum += float64(x) * float64(x)
+	}
+	norm := float32(math.Sqrt(sum))
+	for i := range vec {
+		vec[i] /= norm
+	}
 }
 
 // embed fills vec with a unit vector drawn from seed.

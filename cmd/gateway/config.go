@@ -30,6 +30,8 @@ type fileConfig struct {
 	// SMTP and PublicBaseURL are read by smtp_config.go.
 	SMTP          smtpFile `yaml:"smtp"`
 	PublicBaseURL string   `yaml:"public_base_url"`
+	// Memory is read by memory_config.go.
+	Memory memoryFile `yaml:"memory"`
 	// AuxTiers overrides the auxiliary tiers (gw-embed, gw-rerank,
 	// gw-guard): prices, deadline, context_window, max_output and the
 	// upstream binding, with the same keys as tiers.
@@ -122,6 +124,8 @@ type settings struct {
 	// accept links (smtp_config.go).
 	SMTP          outbox.Config
 	PublicBaseURL string
+	// Memory configures chat's memory and rules (memory_config.go).
+	Memory memorySettings
 	// AuxTiers are the auxiliary tiers; their bindings are in Bindings.
 	AuxTiers []hotpath.Tier
 	// RerankShape and GuardConcurrency configure the specialised routes.
@@ -163,7 +167,7 @@ func loadTiers(path string) ([]hotpath.Tier, error) {
 // the advertised catalogue, every tier on the in-process simulator.
 func loadSettings(path string) (settings, error) {
 	tiers := hotpath.DefaultTiers()
-	st := settings{Bindings: map[string]binding{}, Providers: map[string]providerConfig{}}
+	st := settings{Bindings: map[string]binding{}, Providers: map[string]providerConfig{}, Memory: defaultMemorySettings()}
 	for _, t := range tiers {
 		st.Bindings[t.Name] = binding{Provider: simProvider, UpstreamModel: "sim-" + t.Name, Reasons: t.Graded}
 	}
@@ -260,6 +264,9 @@ func loadSettings(path string) (settings, error) {
 			return st, err
 		}
 		if st.Files, err = loadFiles(fc.Files); err != nil {
+			return st, err
+		}
+		if st.Memory, err = loadMemory(fc.Memory, tiers); err != nil {
 			return st, err
 		}
 	}

@@ -483,12 +483,13 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	if a.redis != nil {
 		idem = storage.NewRedisIdempotency(a.redis, "gw:", cfg.IdempotencyTTL, 0)
 	}
+	mem, embedder := buildMemory(st, ups, a.db, log)
 	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set,
 		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive),
 		Aux: proxy.AuxConfig{Embed: ups[hotpath.TierEmbed], Rerank: ups[hotpath.TierRerank], Guard: ups[hotpath.TierGuard],
 			RerankShape: st.RerankShape, GuardConcurrency: st.GuardConcurrency}, Gates: st.Gates,
 		Files: a.files, MaxFileTokens: st.Files.MaxFileTokens, MaxTurnTokens: st.Files.MaxTurnTokens,
-		MaxImageBytes: st.Files.MaxImageBytes})
+		MaxImageBytes: st.Files.MaxImageBytes, Memory: mem})
 	if err != nil {
 		a.shutdown()
 		return nil, err
@@ -499,7 +500,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	filesAPI.Store, filesAPI.Now = store, cfg.now
 	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit(), SignIn: st.SignIn,
 		Limits: limits, Mail: control.MailConfig{PublicBaseURL: st.PublicBaseURL}, Files: filesAPI,
-		Evals: a.startEvals(chat, log)}
+		Evals: a.startEvals(chat, log), Embed: embedder}
 	if mailer != nil {
 		a.api.Outbox = mailer
 	}
