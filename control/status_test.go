@@ -206,7 +206,11 @@ func TestStatusLeadershipTakeover(t *testing.T) {
 	require.Zero(t, probedB.Load())
 
 	// The leader's session dies, as when its process is killed.
-	_, err = other.Pool.Exec(ctx, `select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory' and granted`)
+	// Only this test's database: other tests on the same server hold
+	// advisory locks of their own (tern's, while they migrate).
+	_, err = other.Pool.Exec(ctx, `select pg_terminate_backend(pid) from pg_locks
+		where locktype = 'advisory' and granted
+		and database = (select oid from pg_database where datname = current_database())`)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		lead, err := b.RunOnce(ctx)
