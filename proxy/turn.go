@@ -33,6 +33,7 @@ func (ch *Chat) Complete(p *hotpath.Principal, body []byte, requestID, route str
 	defer hotpath.ReleaseCall(c)
 	c.Start, c.User, c.Version = time.Now(), p, codec.CurrentVersion
 	c.SetID([]byte(requestID))
+	c.SetTrace(nil) // a trace of its own, as a request without traceparent gets
 	err := ch.serveTurn(ctx, c, chatV1, &res)
 	status := fasthttp.StatusOK
 	if err != nil {
