@@ -34,9 +34,10 @@ type statusComponentFile struct {
 	Prompt                *string        `yaml:"prompt"`
 }
 
-// auxComponents are the auxiliary tiers of the status document. No
-// upstream serves them in this build, so their rows are unknown with
-// reason not_configured.
+// auxComponents are the auxiliary tiers of the status document. The probe
+// is a chat completion, which their upstreams (embeddings, rerank, the
+// guard's verdicts) do not answer in that shape, so they are not probed:
+// their rows are unknown with reason not_configured.
 var auxComponents = []string{"gw-embed", "gw-rerank", "gw-guard"}
 
 // statusSettings is the status: section resolved over the tiers.
@@ -109,7 +110,7 @@ func (a *app) newStatus(st statusSettings, ups map[string]*proxy.Upstream) (*con
 		ReadEvery: a.cfg.StatusReadEvery}
 	for _, cs := range st.Components {
 		c := cs.StatusComponent
-		if up := ups[c.Name]; up != nil && cs.Enabled {
+		if up := ups[c.Name]; up != nil && cs.Enabled && c.Kind == control.KindChat {
 			prompt := cs.Prompt
 			c.Probe = func(ctx context.Context) error { return up.Probe(ctx, prompt) }
 		}
