@@ -169,12 +169,28 @@ func (ch *Chat) Register(rt *Router) {
 	rt.HandleOnly(fasthttp.MethodPost, "/v1/chat/completions", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return ch.serve(ctx, c, chatOpenAI)
 	})
+	a.Name = chatAnthropic.routeName()
+	rt.HandleOnly(fasthttp.MethodPost, "/v1/messages", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+		return ch.serve(ctx, c, chatAnthropic)
+	})
+	a.Name = chatResponses.routeName()
+	rt.HandleOnly(fasthttp.MethodPost, "/v1/responses", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+		return ch.serve(ctx, c, chatResponses)
+	})
+	// Counting is not billed: it needs the tokens scope and counts in
+	// token counting's own window, like the gateway's own count route.
+	count := hotpath.Access{Auth: hotpath.AuthUser, Family: hotpath.FamilyTokens, Rate: hotpath.RateTokenCount,
+		Name: "messages_count_tokens"}
+	rt.HandleOnly(fasthttp.MethodPost, "/v1/messages/count_tokens", count, ch.countTokens)
 }
 
 // envelope is the error envelope the route answers in.
 func (w chatWire) envelope() Envelope {
-	if w == chatOpenAI {
+	switch w {
+	case chatOpenAI, chatResponses:
 		return EnvelopeOpenAI
+	case chatAnthropic:
+		return EnvelopeAnthropic
 	}
 	return EnvelopeAPI
 }
@@ -186,9 +202,30 @@ func (w chatWire) routeName() string {
 		return "chat_v1"
 	case chatV2:
 		return "chat_v2"
+	case chatAnthropic:
+		return "messages_anthropic"
+	case chatResponses:
+		return "responses_openai"
 	}
 	return "chat_openai"
 }
+
+// idPrefix starts the ids of the wire's completions, as its API spells
+// them.
+func (w chatWire) idPrefix() string {
+	switch w {
+	case chatAnthropic:
+		return "msg_"
+	case chatResponses:
+		return "resp_"
+	}
+	return "chatcmpl-"
+}
+
+// replays reports whether the wire honours Idempotency-Key: the
+// OpenAI-compatible and Anthropic-compatible routes do, for requests that
+// do not stream.
+func (w chatWire) replays() bool { return w == chatOpenAI || w == chatAnthropic || w == chatResponses }
 
 // turn is one chat request's state. It outlives the fasthttp handler when
 // it streams, so everything it keeps is its own copy.
@@ -238,6 +275,21 @@ type turn struct {
 	estimated bool
 	// hcall is a stream's Call, which it ends when the stream does.
 	hcall *hotpath.Call
+	// thinking says an Anthropic request asked to see thinking blocks.
+	thinking bool
+	// anthropic is the request as the Anthropic wire sent it, before it
+	// became req.
+	anthropic codec.MessagesRequest
+	// blocks is an Anthropic stream's content block state.
+	blocks blockState
+	// responses is the request as the Responses wire sent it; rout,
+	// rhead and seq are its response's output, head and next event's
+	// sequence number; reasoningTokens is the upstream's count.
+	responses       codec.ResponsesRequest
+	rout            codec.ResponseOutput
+	rhead           codec.ResponseHead
+	seq             int64
+	reasoningTokens int64
 	// cw is the client's writer while the stream pumps; gone says a
 	// write to it failed.
 	cw   *clientWriter
@@ -281,7 +333,12 @@ func releaseTurn(t *turn) {
 	if cap(ahead) > 64<<10 {
 		ahead = nil
 	}
-	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid, ahead: ahead}
+	rout := t.rout
+	rout.Reset()
+	if cap(rout.Buf) > 256<<10 || cap(rout.Items) > 1024 {
+		rout = codec.ResponseOutput{}
+	}
+	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid, ahead: ahead, rout: rout}
 	turnPool.Put(t)
 }
 
@@ -421,7 +478,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if len(body) == 0 {
 		return false, errEmptyBody
 	}
-	if cerr := codec.DecodeRequest(body, &t.req); cerr != nil {
+	if cerr := t.decode(body); cerr != nil {
 		return false, cerr
 	}
 	intent, cerr := validateChat(&t.req, t.wire, t.ch.tiers, c.User, c.Version, c.Pinned)
@@ -446,7 +503,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	t.gw = codec.AppendGW(t.gw[:0], t.requestID, &t.routing)
 
 	var claim hotpath.Claim
-	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire == chatOpenAI && !t.req.Stream && t.ch.cfg.Idempotency != nil {
+	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire.replays() && !t.req.Stream && t.ch.cfg.Idempotency != nil {
 		if len(key) > maxIdempotencyKey {
 			return false, errIdempotencyKeyTooLong
 		}
@@ -515,7 +572,7 @@ func abandon(claim hotpath.Claim) {
 }
 
 func (t *turn) newCompletionID() []byte {
-	b := append(t.idBuf[:0], "chatcmpl-"...)
+	b := append(t.idBuf[:0], t.wire.idPrefix()...)
 	var raw [36]byte
 	id := hotpath.AppendRequestID(raw[:0])
 	for _, c := range id {
@@ -745,7 +802,8 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	}
 	t.up.Breaker.Success()
 	t.answer = codec.Answer{Content: c.Content, ToolCalls: c.ToolCalls, Finish: finishReason(c.FinishReason, c.ToolCalls != nil)}
-	if t.wire == chatV2 && t.reasons() {
+	t.reasoningTokens = c.Usage.ReasoningTokens
+	if (t.wire == chatV2 || t.wire == chatAnthropic && t.thinking) && t.reasons() {
 		t.answer.Reasoning = c.Reasoning
 	}
 	t.settleBill(&c.Usage, c.HasUsage, c.Content, c.Reasoning)
@@ -759,6 +817,10 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		t.out = codec.AppendV1Completion(t.out, &t.head, &t.answer, &t.bill, t.gw)
 	case chatV2:
 		t.out = codec.AppendV2Completion(t.out, &t.head, &t.answer, &t.bill, t.requestID, &t.routing)
+	case chatAnthropic:
+		t.out = codec.AppendAnthropicMessage(t.out, &t.head, &t.answer, t.thinking, &t.bill)
+	case chatResponses:
+		t.out = t.appendResponse(t.out)
 	default:
 		t.out = codec.AppendOpenAICompletion(t.out, &t.head, &t.answer, &t.bill)
 	}
