@@ -282,6 +282,10 @@ type turn struct {
 	anthropic codec.MessagesRequest
 	// blocks is an Anthropic stream's content block state.
 	blocks blockState
+	// queue holds tool calls that wait for the open block (or item) to
+	// close; rtool is the upstream index of a Responses stream's open call.
+	queue toolQueue
+	rtool int64
 	// responses is the request as the Responses wire sent it; rout,
 	// rhead and seq are its response's output, head and next event's
 	// sequence number; reasoningTokens is the upstream's count.
@@ -338,7 +342,12 @@ func releaseTurn(t *turn) {
 	if cap(rout.Buf) > 256<<10 || cap(rout.Items) > 1024 {
 		rout = codec.ResponseOutput{}
 	}
-	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid, ahead: ahead, rout: rout}
+	queue := t.queue
+	queue.reset()
+	if cap(queue.buf) > 256<<10 || cap(queue.lit) > 256<<10 {
+		queue = toolQueue{}
+	}
+	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid, ahead: ahead, rout: rout, queue: queue}
 	turnPool.Put(t)
 }
 

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -253,4 +254,56 @@ func TestAnthropicKeyHeaders(t *testing.T) {
 	// A Bearer key on the OpenAI routes stays the only way in there.
 	r = f.post(t, "/v1/chat/completions", `{"model":"mira","messages":[{"role":"user","content":"hi"}]}`, "Authorization", "", "x-api-key", f.key)
 	require.Equal(t, 401, r.status)
+}
+
+// Parallel calls whose fragments the upstream interleaves still arrive as
+// sequential tool_use blocks, each with its own whole input, on the
+// Anthropic and the Responses wire.
+func TestParallelToolCallsStaySeparate(t *testing.T) {
+	f := newChatFixture(t)
+	ctx := context.Background()
+	body := `{"model":"kavi","reasoning_effort":"none","tools":[` + weatherTool + `,` + timeTool + `],"messages":[{"role":"user","content":"Both [[sim:tool=get_weather,get_time]]"}]}`
+	r := f.post(t, "/v1/messages", toAnthropic(t, body, true))
+	require.Equal(t, 200, r.status)
+	client := anthropicClient(f, f.key)
+	stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{
+		Model: "kavi", MaxTokens: 256, Thinking: anthropic.ThinkingConfigParamUnion{OfDisabled: &anthropic.ThinkingConfigDisabledParam{}},
+		Tools: []anthropic.ToolUnionParam{sdkAnthropicWeather, {OfTool: &anthropic.ToolParam{Name: "get_time",
+			InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"zone": map[string]any{"type": "string"}}, Required: []string{"zone"}}}}},
+		Messages: []anthropic.MessageParam{userText("Both [[sim:tool=get_weather,get_time]]")},
+	})
+	var acc anthropic.Message
+	for stream.Next() {
+		require.NoError(t, acc.Accumulate(stream.Current()))
+	}
+	require.NoError(t, stream.Err())
+	require.Len(t, acc.Content, 2)
+	for i, key := range []string{"city", "zone"} {
+		var input map[string]any
+		require.NoError(t, json.Unmarshal(acc.Content[i].Input, &input), "%s", acc.Content[i].Input)
+		require.Len(t, input, 1)
+		require.Contains(t, input, key)
+	}
+
+	r = f.post(t, "/v1/responses", toResponses(t, body, true))
+	require.Equal(t, 200, r.status)
+	var calls []map[string]any
+	for _, line := range bytes.Split(r.body, []byte("\n")) {
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok || !bytes.Contains(data, []byte(`"response.output_item.done"`)) {
+			continue
+		}
+		var ev struct {
+			Item map[string]any `json:"item"`
+		}
+		require.NoError(t, json.Unmarshal(data, &ev))
+		calls = append(calls, ev.Item)
+	}
+	require.Len(t, calls, 2)
+	for i, key := range []string{"city", "zone"} {
+		var args map[string]any
+		require.NoError(t, json.Unmarshal([]byte(calls[i]["arguments"].(string)), &args))
+		require.Len(t, args, 1)
+		require.Contains(t, args, key)
+	}
 }

@@ -412,7 +412,7 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	case chatAnthropic:
 		// message_delta carries the usage.
 		t.settleBill(&st.usage, st.hasUsage, t.delivered)
-		t.anthropicClose()
+		t.anthropicEnd()
 		t.out = codec.AppendAnthropicMessageDelta(t.out, st.finish, &t.bill)
 		t.out = codec.AppendAnthropicMessageStop(t.out)
 		t.last = true

@@ -111,30 +111,134 @@ func (t *turn) anthropicText(kind uint8, raw []byte) {
 	}
 }
 
-// anthropicTools turns one upstream tool_calls delta into tool_use blocks:
-// a fragment with an id starts a call (and its block); its arguments
-// follow as input_json_delta. It reports false for fragments it cannot
-// read.
+// anthropicTools turns one upstream tool_calls delta into tool_use blocks.
+// Blocks are sequential, upstream calls may interleave: the first call
+// streams as its block; a call that starts while another is open waits in
+// the queue, whole, for the end of the stream. It reports false for
+// fragments it cannot read.
 func (t *turn) anthropicTools(raw []byte) bool {
 	b := &t.blocks
 	var it codec.ToolFragments
 	var f codec.ToolFragment
 	it.Reset(raw)
 	for it.Next(&f) {
-		if f.ID != nil || b.open != blockTool {
-			if f.ID == nil || f.Name == nil {
+		switch {
+		case f.ID != nil:
+			if f.Name == nil {
 				return false // a call's first fragment names it
+			}
+			if b.open == blockTool || t.queue.len() > 0 {
+				t.queue.add(&f)
+				continue
 			}
 			t.anthropicClose()
 			b.open, b.index, b.tool = blockTool, b.n, f.Index
 			b.n++
 			t.out = codec.AppendAnthropicToolStart(t.out, b.index, f.ID, f.Name)
+		case b.open == blockTool && f.Index == b.tool:
+		case t.queue.has(f.Index):
+			t.queue.addArgs(f.Index, f.Arguments)
+			continue
+		default:
+			return false // arguments of a call never started
 		}
 		if len(f.Arguments) > 2 {
 			t.out = codec.AppendAnthropicJSONDelta(t.out, b.index, f.Arguments)
 		}
 	}
 	return it.Err() == nil
+}
+
+// anthropicEnd closes the open block and writes the queued calls, each a
+// whole tool_use block.
+func (t *turn) anthropicEnd() {
+	t.anthropicClose()
+	b := &t.blocks
+	for i := range t.queue.calls {
+		id, name := t.queue.call(i)
+		t.out = codec.AppendAnthropicToolStart(t.out, b.n, id, name)
+		if args := t.queue.args(i); len(args) > 2 {
+			t.out = codec.AppendAnthropicJSONDelta(t.out, b.n, args)
+		}
+		t.out = codec.AppendAnthropicBlockStop(t.out, b.n)
+		b.n++
+	}
+}
+
+// toolQueue holds upstream tool calls that cannot stream yet: their ids,
+// names and argument fragments, as the inner bytes of their JSON string
+// literals. Its buffers are kept across turns.
+type toolQueue struct {
+	buf   []byte
+	calls []queuedCall
+	frags []queuedFrag
+	lit   []byte // a call's arguments joined into one literal
+}
+
+type queuedCall struct {
+	index                    int64
+	idFrom, nameFrom, nameTo int
+}
+
+type queuedFrag struct {
+	index    int64
+	from, to int
+}
+
+func (q *toolQueue) reset() {
+	q.buf, q.calls, q.frags, q.lit = q.buf[:0], q.calls[:0], q.frags[:0], q.lit[:0]
+}
+
+func (q *toolQueue) len() int { return len(q.calls) }
+
+func (q *toolQueue) has(index int64) bool {
+	for i := range q.calls {
+		if q.calls[i].index == index {
+			return true
+		}
+	}
+	return false
+}
+
+// add queues a call from its first fragment, arguments included.
+func (q *toolQueue) add(f *codec.ToolFragment) {
+	c := queuedCall{index: f.Index, idFrom: len(q.buf)}
+	q.buf = append(q.buf, f.ID...)
+	c.nameFrom = len(q.buf)
+	q.buf = append(q.buf, f.Name...)
+	c.nameTo = len(q.buf)
+	q.calls = append(q.calls, c)
+	q.addArgs(f.Index, f.Arguments)
+}
+
+// addArgs queues an argument fragment (a raw JSON string literal).
+func (q *toolQueue) addArgs(index int64, lit []byte) {
+	if len(lit) <= 2 {
+		return
+	}
+	from := len(q.buf)
+	q.buf = append(q.buf, lit[1:len(lit)-1]...)
+	q.frags = append(q.frags, queuedFrag{index: index, from: from, to: len(q.buf)})
+}
+
+// call returns queued call i's id and name, raw JSON string literals.
+func (q *toolQueue) call(i int) (id, name []byte) {
+	c := &q.calls[i]
+	return q.buf[c.idFrom:c.nameFrom], q.buf[c.nameFrom:c.nameTo]
+}
+
+// args returns queued call i's arguments joined into one JSON string
+// literal, valid until the next call.
+func (q *toolQueue) args(i int) []byte {
+	index := q.calls[i].index
+	q.lit = append(q.lit[:0], '"')
+	for _, f := range q.frags {
+		if f.index == index {
+			q.lit = append(q.lit, q.buf[f.from:f.to]...)
+		}
+	}
+	q.lit = append(q.lit, '"')
+	return q.lit
 }
 
 // anthropicClose closes the open block, if any.
@@ -173,7 +277,7 @@ func (t *turn) appendResponsesStart(dst []byte) []byte {
 	return dst
 }
 
-// responsesOpen closes the open item unless it is of the kind wanted.
+// responsesClose closes the open item, if any.
 func (t *turn) responsesClose() {
 	if it := t.rout.Last(); it != nil && !it.Done {
 		t.out = codec.AppendResponseItemDone(t.out, &t.seq, &t.rhead, &t.rout, t.rout.Len()-1)
@@ -194,28 +298,49 @@ func (t *turn) responsesText(raw []byte) {
 }
 
 // responsesTools turns one upstream tool_calls delta into function_call
-// items: a fragment with an id starts a call; its arguments follow as
-// deltas. It reports false for fragments it cannot read.
+// items, one open at a time as the Responses stream has them: the first
+// call streams as its item; a call that starts while another is open waits
+// in the queue, whole, for the end of the stream. It reports false for
+// fragments it cannot read.
 func (t *turn) responsesTools(raw []byte) bool {
 	var it codec.ToolFragments
 	var f codec.ToolFragment
 	it.Reset(raw)
 	for it.Next(&f) {
-		if last := t.rout.Last(); f.ID != nil || last == nil || last.Done || !last.Call {
-			if f.ID == nil || f.Name == nil {
+		last := t.rout.Last()
+		open := last != nil && !last.Done && last.Call
+		switch {
+		case f.ID != nil:
+			if f.Name == nil {
 				return false
+			}
+			if open || t.queue.len() > 0 {
+				t.queue.add(&f)
+				continue
 			}
 			t.responsesClose()
 			t.rout.AddCall(f.ID, f.Name)
+			t.rtool = f.Index
 			t.out = codec.AppendResponseItemAdded(t.out, &t.seq, &t.rhead, &t.rout, t.rout.Len()-1)
+		case open && f.Index == t.rtool:
+		case t.queue.has(f.Index):
+			t.queue.addArgs(f.Index, f.Arguments)
+			continue
+		default:
+			return false
 		}
 		if len(f.Arguments) > 2 {
-			t.out = codec.AppendResponseTextDelta(t.out, t.seq, &t.rhead, t.rout.Len()-1, true, f.Arguments)
-			t.seq++
-			t.rout.AppendText(f.Arguments)
+			t.responsesDelta(f.Arguments)
 		}
 	}
 	return it.Err() == nil
+}
+
+// responsesDelta streams a fragment of the open call's arguments.
+func (t *turn) responsesDelta(lit []byte) {
+	t.out = codec.AppendResponseTextDelta(t.out, t.seq, &t.rhead, t.rout.Len()-1, true, lit)
+	t.seq++
+	t.rout.AppendText(lit)
 }
 
 // responseEnd is how the turn's answer ends its response.
@@ -236,6 +361,15 @@ func (t *turn) responseEnd() codec.ResponseEnd {
 func (t *turn) appendResponsesEnd(dst []byte) []byte {
 	t.out = dst
 	t.responsesClose()
+	for i := range t.queue.calls {
+		id, name := t.queue.call(i)
+		t.rout.AddCall(id, name)
+		t.out = codec.AppendResponseItemAdded(t.out, &t.seq, &t.rhead, &t.rout, t.rout.Len()-1)
+		if args := t.queue.args(i); len(args) > 2 {
+			t.responsesDelta(args)
+		}
+		t.responsesClose()
+	}
 	e := t.responseEnd()
 	name := "response.completed"
 	if e.Status == "incomplete" {
