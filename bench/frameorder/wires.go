@@ -209,7 +209,7 @@ func (c *Checker) anthropicEvent(ev codec.SSEEvent) {
 		c.state = anEnded
 		c.out.Failed = true
 		e := member(data, "error")
-		c.out.ErrorCode = codeString(member(e, "type"))
+		c.out.ErrorCode = anthropicType(member(e, "type"))
 		if !isString(member(e, "type")) || !isString(member(e, "message")) {
 			c.violate("the error event lacks error.type or error.message")
 		}
@@ -352,3 +352,17 @@ func (c *Checker) checkResponse(data []byte, status string) {
 		c.violate("the response lacks id or object response, or its status is not " + status)
 	}
 }
+
+// anthropicType is the error type raw names, without allocating for the
+// types Anthropic's API sends.
+func anthropicType(raw []byte) string {
+	for _, typ := range anthropicTypes {
+		if string(unquote(raw)) == typ {
+			return typ
+		}
+	}
+	return codeString(raw)
+}
+
+var anthropicTypes = [...]string{"invalid_request_error", "authentication_error", "permission_error", "not_found_error",
+	"request_too_large", "rate_limit_error", "api_error", "timeout_error", "overloaded_error"}
