@@ -57,6 +57,7 @@ type fixtureOptions struct {
 	tcp         bool // serve on a loopback TCP listener, not in memory
 	keepAlive   time.Duration
 	clientConn  func(net.Conn) net.Conn // wraps each accepted client connection
+	routes      func(*Router)           // registers routes beside chat
 }
 
 // wrapListener wraps each connection it accepts.
@@ -132,6 +133,9 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	t.Cleanup(v.Close)
 	rt := NewRouter(NewEdge(EdgeConfig{Verifier: v, Log: log, Metrics: f.set, Limits: o.limits, Usage: o.usage}))
 	f.chat.Register(rt)
+	if o.routes != nil {
+		o.routes(rt)
+	}
 	f.handler, f.verify = rt.Handler(), v
 
 	var ln net.Listener

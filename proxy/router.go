@@ -103,3 +103,19 @@ func (rt *Router) HandleOnly(method, path string, a hotpath.Access, h func(*fast
 // Handler returns the fasthttp handler serving the table, behind the HTTP
 // layer's checks.
 func (rt *Router) Handler() fasthttp.RequestHandler { return rt.edge.guard(rt.r.Handler) }
+
+// HandleEitherVendor registers a route that OpenAI's and Anthropic's
+// clients both call (the model list): a request carrying anthropic-version
+// is served as on the Anthropic routes — its key may come in x-api-key,
+// its errors are Anthropic's — and any other as on the OpenAI routes.
+func (rt *Router) HandleEitherVendor(method, path string, a hotpath.Access, h func(*fasthttp.RequestCtx, *hotpath.Call) error) {
+	openai := rt.edge.Wrap(method, a, EnvelopeOpenAI, h)
+	anthropic := rt.edge.Wrap(method, a, EnvelopeAnthropic, h)
+	rt.r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
+		if fromAnthropic(ctx) {
+			anthropic(ctx)
+			return
+		}
+		openai(ctx)
+	})
+}
