@@ -26,7 +26,6 @@ func withCatalogue(t *testing.T) func(*fixtureOptions) {
 	}
 }
 
-
 // Both ecosystems' SDKs list the models and retrieve one, each in its own
 // shape; an unknown id is a 404 in the caller's envelope.
 func TestModelsForBothSDKs(t *testing.T) {
