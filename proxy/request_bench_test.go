@@ -237,3 +237,20 @@ func BenchmarkLongStreamGaps(b *testing.B) {
 	b.ReportMetric(float64(gaps[len(gaps)*99/100].Microseconds()), "gap-p99-µs")
 	b.ReportMetric(float64(gaps[len(gaps)-1].Microseconds()), "gap-max-µs")
 }
+
+// BenchmarkWireStream256 streams 256 frames on the Anthropic and Responses
+// wires, to compare with BenchmarkStreamRequest256.
+func BenchmarkWireStream256(b *testing.B) {
+	for _, w := range []struct{ name, path, body string }{
+		{"anthropic", "/v1/messages", `{"stream":true,"model":"mira","max_tokens":256,"messages":[{"role":"user","content":"Say hello to the team."}]}`},
+		{"responses", "/v1/responses", `{"stream":true,"model":"mira","max_output_tokens":256,"input":"Say hello to the team."}`},
+	} {
+		b.Run(w.name, func(b *testing.B) {
+			f := newWireStreamHarness(b, 256, "word", w.path, w.body)
+			b.ReportAllocs()
+			for b.Loop() {
+				f.stream(b)
+			}
+		})
+	}
+}
