@@ -81,3 +81,32 @@ func TestFiveWiresBillAlike(t *testing.T) {
 	require.False(t, rows[10].Billed)
 	require.Equal(t, "invalid_request", rows[10].ErrorCode)
 }
+
+// Idempotency-Key works on both new wires as on /v1/chat/completions: the
+// first answer is replayed byte for byte, another body under the same key
+// is a conflict in the wire's envelope.
+func TestWireIdempotency(t *testing.T) {
+	f := newChatFixture(t)
+	for _, w := range []struct{ path, body, other string }{
+		{"/v1/messages", `{"model":"mira","max_tokens":16,"messages":[{"role":"user","content":"idem [[sim:tokens=3]]"}]}`,
+			`{"model":"mira","max_tokens":16,"messages":[{"role":"user","content":"other [[sim:tokens=3]]"}]}`},
+		{"/v1/responses", `{"model":"mira","input":"idem [[sim:tokens=3]]"}`, `{"model":"mira","input":"other [[sim:tokens=3]]"}`},
+	} {
+		t.Run(w.path, func(t *testing.T) {
+			key := "idem-" + w.path
+			first := f.post(t, w.path, w.body, "Idempotency-Key", key)
+			require.Equal(t, 200, first.status, "%s", first.body)
+			again := f.post(t, w.path, w.body, "Idempotency-Key", key)
+			require.Equal(t, 200, again.status)
+			require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+			require.Equal(t, string(first.body), string(again.body))
+			conflict := f.post(t, w.path, w.other, "Idempotency-Key", key)
+			require.Equal(t, 409, conflict.status)
+			if w.path == "/v1/messages" {
+				require.Contains(t, string(conflict.body), `"type":"invalid_request_error"`)
+			} else {
+				require.Contains(t, string(conflict.body), `"code":"idempotency_conflict"`)
+			}
+		})
+	}
+}
