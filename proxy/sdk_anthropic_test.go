@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -305,5 +306,36 @@ func TestParallelToolCallsStaySeparate(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(calls[i]["arguments"].(string)), &args))
 		require.Len(t, args, 1)
 		require.Contains(t, args, key)
+	}
+}
+
+// A body over the size bound is Anthropic's request_too_large, and every
+// answer on the wire carries the gateway's request id and version headers.
+func TestAnthropicTooLargeAndHeaders(t *testing.T) {
+	f := newChatFixture(t, func(o *fixtureOptions) { o.server.MaxBodySize = 4 << 10 })
+	ctx := context.Background()
+	client := anthropicClient(f, f.key)
+	_, err := client.Messages.New(ctx, anthropic.MessageNewParams{Model: "mira", MaxTokens: 8,
+		Messages: []anthropic.MessageParam{userText(strings.Repeat("word ", 2000))}})
+	var apierr *anthropic.Error
+	require.ErrorAs(t, err, &apierr)
+	require.Equal(t, 413, apierr.StatusCode)
+	require.Equal(t, "request_too_large", string(apierr.Type()))
+
+	for _, path := range []string{"/v1/messages", "/v1/responses"} {
+		body := `{"model":"mira","max_tokens":8,"messages":[{"role":"user","content":"hi [[sim:tokens=2]]"}]}`
+		if path == "/v1/responses" {
+			body = `{"model":"mira","input":"hi [[sim:tokens=2]]"}`
+		}
+		for _, stream := range []bool{false, true} {
+			b := body
+			if stream {
+				b = strings.Replace(b, `{"model"`, `{"stream":true,"model"`, 1)
+			}
+			r := f.post(t, path, b)
+			require.Equal(t, 200, r.status, "%s", r.body)
+			require.Equal(t, "req-golden", r.header.Get("X-Request-Id"), path)
+			require.NotEmpty(t, r.header.Get("Gateway-Version"), path)
+		}
 	}
 }
