@@ -60,6 +60,16 @@ func AppendV1Error(dst []byte, e *Error, requestID []byte) []byte {
 		}
 		dst = append(dst, ']')
 	}
+	if len(d.Categories) > 0 {
+		dst = append(dst, `,"categories":[`...)
+		for i, c := range d.Categories {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = AppendJSONString(dst, c)
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, '}')
 }
 

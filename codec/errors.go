@@ -289,6 +289,9 @@ type Detail struct {
 	MiraAvailable int8
 	// VisionTiers is written as "vision_tiers" when non-empty.
 	VisionTiers []string
+	// Categories is written as "categories" when non-empty: the moderation
+	// categories that refused a chat input (moderation_rejected).
+	Categories []string
 
 	// RetryAfter is a delay in seconds for the Retry-After header. It is
 	// never written in the body; the HTTP layer sets the header when it is

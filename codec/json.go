@@ -137,6 +137,12 @@ func StringLiteralView(raw []byte) (s string, ok bool) {
 	return b2s(inner), true
 }
 
+// BytesView returns b as a string without copying, for a decoder that
+// reads a string and keeps views of it (sonic.NoCopyRawMessage): the string
+// and every view taken of it are valid only while b is unchanged, and must
+// not be kept past the buffer b belongs to.
+func BytesView(b []byte) string { return b2s(b) }
+
 // b2s converts b to a string without copying. The string must not outlive
 // b or be used after b changes.
 func b2s(b []byte) string {

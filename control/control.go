@@ -24,9 +24,13 @@ type Registrar interface {
 	Handle(method, path string, a hotpath.Access, h func(*fasthttp.RequestCtx, *hotpath.Call) error)
 }
 
-// Invalidator drops a key from this process's cache at once.
+// Invalidator drops keys from this process's cache at once: one by its
+// hash, or every record (after a change that can touch many keys, such as
+// a role or a workspace cap). Other processes hear of the same change
+// through PostgreSQL.
 type Invalidator interface {
 	Invalidate(h hotpath.TokenHash)
+	Reset()
 }
 
 // API holds the control plane's dependencies.
@@ -43,8 +47,14 @@ type API struct {
 	// LoginLimiter paces the public sign-in routes per client address; nil
 	// uses an in-process limiter of SignIn.RateLimit per minute.
 	LoginLimiter LoginLimiter
-	signin       *signIn
-	draining     atomic.Bool
+	// Mail configures the invitation messages.
+	Mail MailConfig
+	// Outbox is woken when an invitation's message is written; nil leaves
+	// delivery to the next poll (or to the operator, when no SMTP server
+	// is configured).
+	Outbox   Waker
+	signin   *signIn
+	draining atomic.Bool
 }
 
 // Register adds the control plane's routes.
@@ -61,9 +71,15 @@ func (a *API) Register(r Registrar) {
 	r.Handle(fasthttp.MethodGet, "/api/v1/keys", user("keys_list", hotpath.FamilyOrg), a.listKeys)
 	r.Handle(fasthttp.MethodPost, "/api/v1/keys", user("keys_create", hotpath.FamilyOrg), a.createKey)
 	r.Handle(fasthttp.MethodDelete, "/api/v1/keys/{id}", user("keys_revoke", hotpath.FamilyOrg), a.revokeKey)
+	r.Handle(fasthttp.MethodPost, "/api/v1/keys/{id}/rotate", user("keys_rotate", hotpath.FamilyOrg), a.rotateKey)
 	a.registerLogs(r)
+	a.registerFeedback(r)
 	a.registerLimits(r)
 	a.registerConversations(r)
+	a.registerOrg(r)
+	a.registerProfile(r)
+	a.registerWorkspaces(r)
+	a.registerPrompts(r)
 	a.registerSignIn(r)
 }
 

@@ -139,3 +139,30 @@ func (a *API) revokeKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 	return nil
 }
+
+// errKeyNotRotatable refuses rotating anything but a live developer key.
+var errKeyNotRotatable = codec.NewError(codec.CodeInvalidRequest,
+	"Only a live developer key can be rotated; a signed-in credential is not rotated by its holder.")
+
+// rotateKey gives one of the caller's developer keys a new secret: the same
+// id, restrictions and workspace. The old secret is dropped from this
+// process's cache before the answer; other processes hear of it through
+// PostgreSQL. The new secret is shown once.
+func (a *API) rotateKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+	if c.User.ReadOnly {
+		return codec.ErrKeyReadOnly
+	}
+	qctx, cancel := queryContext()
+	defer cancel()
+	issued, old, err := a.DB.RotateOwnKey(qctx, pathParam(ctx, "id"), c.User.UserID, c.User.OrgID)
+	switch {
+	case errors.Is(err, storage.ErrNotFound), errors.Is(err, storage.ErrNotMember):
+		return errKeyNotFound
+	case errors.Is(err, storage.ErrKeyNotRotatable):
+		return errKeyNotRotatable
+	case err != nil:
+		return err
+	}
+	a.Keys.Invalidate(old)
+	return writeJSON(ctx, fasthttp.StatusOK, issued)
+}

@@ -35,6 +35,9 @@ type requestLog struct {
 	Usage       requestUsage   `json:"usage"`
 	Cost        requestCost    `json:"cost"`
 	Timing      requestTimings `json:"timing"`
+	// Feedback lists the feedback types the caller recorded on the
+	// request (POST /api/v1/feedback), in name order; never null.
+	Feedback []string `json:"feedback"`
 }
 
 type requestUsage struct {
@@ -86,6 +89,9 @@ func (a *API) getLog(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 			WeightedTokens: r.WeightedTokens, Estimated: r.Estimated},
 		Cost:   requestCost{Amount: json.Number(codec.AppendDecimal(nil, r.CostPico, 12)), Currency: "USD"},
 		Timing: requestTimings{DurationMs: millis(r.DurationUS)},
+	}
+	if out.Feedback, err = a.DB.FeedbackTypes(qctx, c.User.OrgID, c.User.UserID, r.RequestID); err != nil {
+		return storageError(err, errRequestNotFound)
 	}
 	if r.TTFTUS > 0 {
 		t := millis(r.TTFTUS)

@@ -141,8 +141,9 @@ func TestLogsRouteBody(t *testing.T) {
 		"billed":       true,
 		"usage": map[string]any{"input_tokens": json.Number("1200"), "output_tokens": json.Number("345"),
 			"weighted_tokens": json.Number("2890"), "estimated": true},
-		"cost":   map[string]any{"amount": json.Number("0.00123456789"), "currency": "USD"},
-		"timing": map[string]any{"duration_ms": json.Number("1234.567"), "ttft_ms": json.Number("89.001")},
+		"cost":     map[string]any{"amount": json.Number("0.00123456789"), "currency": "USD"},
+		"timing":   map[string]any{"duration_ms": json.Number("1234.567"), "ttft_ms": json.Number("89.001")},
+		"feedback": []any{},
 	}, body)
 
 	body, err = f.read(t, f.ada, "req-refused")

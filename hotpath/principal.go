@@ -82,7 +82,7 @@ type Principal struct {
 	// CreditsAdjustMicros is an operator's adjustment to the granted
 	// credit, in micro-USD (may be negative).
 	CreditsAdjustMicros int64
-	WorkspaceID         string // empty when the key belongs to no workspace
+	WorkspaceID         string // the key's workspace: its organization's default when the key names none
 	// WorkspaceCapMicros is the key's workspace's monthly spend cap in
 	// micro-USD; -1 means none.
 	WorkspaceCapMicros int64

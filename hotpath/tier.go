@@ -173,3 +173,32 @@ func AppendMicroUSD(dst []byte, micros int64) []byte {
 
 // IsTierName reports whether s names one of the three public tiers.
 func IsTierName(s string) bool { return s == "kavi" || s == "vaani" || s == "mira" }
+
+// The auxiliary tiers: each serves one specialised route and is named by
+// that route's model field.
+const (
+	TierEmbed  = "gw-embed"
+	TierRerank = "gw-rerank"
+	TierGuard  = "gw-guard"
+)
+
+// DefaultAuxTiers returns the auxiliary tiers with their prices (micro-USD
+// per million tokens; README, "Specialised routes"): embeddings 0.02 input,
+// rerank 0.05 input, the guard 0.20 input and output. ContextWindow bounds
+// one input; MaxOutput is what one call may generate (the guard's verdict).
+// Embeddings and rerank draw one weighted token per token from a
+// subscription's pools; the guard draws nothing (moderation is exempt).
+func DefaultAuxTiers() []Tier {
+	const created = 1767225600
+	return []Tier{
+		{Name: TierEmbed, Label: "Embeddings", Profile: "text embeddings", Created: created, OwnedBy: "gateway",
+			ContextWindow: 8192, MaxOutput: 1, DefaultEffort: EffortNone, Deadline: 30 * time.Second,
+			Prices: Prices{InputPerM: 20_000}, PoolWeight: 1},
+		{Name: TierRerank, Label: "Rerank", Profile: "relevance ranking", Created: created, OwnedBy: "gateway",
+			ContextWindow: 8192, MaxOutput: 1, DefaultEffort: EffortNone, Deadline: 30 * time.Second,
+			Prices: Prices{InputPerM: 50_000}, PoolWeight: 1},
+		{Name: TierGuard, Label: "Guard", Profile: "content moderation", Created: created, OwnedBy: "gateway",
+			ContextWindow: 8192, MaxOutput: 64, DefaultEffort: EffortNone, Deadline: 30 * time.Second,
+			Prices: Prices{InputPerM: 200_000, OutputPerM: 200_000}},
+	}
+}

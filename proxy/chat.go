@@ -51,6 +51,12 @@ type ChatConfig struct {
 	// before it sends an SSE comment (": keep-alive"). Default 15s;
 	// negative sends none.
 	KeepAliveInterval time.Duration
+	// Aux binds the auxiliary tiers; the specialised routes are served
+	// through this pipeline. The zero value serves none of them.
+	Aux AuxConfig
+	// Gates are the chat tiers' input moderation gates, by tier name; a
+	// tier without one is not gated. A gate needs Aux.Guard.
+	Gates map[string]GateConfig
 	// ConnsKept must be set exactly when the server serving the routes has
 	// KeepHijackedConns: a stream then gives the connection's read buffer
 	// and request context back as soon as it takes the connection over, and
@@ -82,6 +88,7 @@ type Chat struct {
 	// watch notices streaming clients that leave.
 	watch *departures
 
+	gates     map[string]gate
 	errImages *codec.Error // image_not_supported naming the tiers that read images
 	maxWindow int          // the largest context window of any tier
 }
@@ -92,6 +99,8 @@ type chatMetrics struct {
 	streamsBroken, clientGone      *metrics.Counter
 	retries                        *metrics.Counter
 	oversize                       *metrics.Counter
+	gate                           *metrics.Histogram
+	gateFailOpen                   *metrics.Counter
 }
 
 // NewChat checks that every tier has an upstream and registers metrics.
@@ -112,6 +121,13 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		}
 		up.Tier = &ch.tiers[i]
 		ch.ups = append(ch.ups, up)
+	}
+	if err := ch.cfg.Aux.Validate(); err != nil {
+		return nil, fmt.Errorf("aux: %w", err)
+	}
+	var err error
+	if ch.gates, err = checkGates(cfg.Gates, cfg.Tiers, cfg.Aux.Guard); err != nil {
+		return nil, err
 	}
 	for i := range ch.tiers {
 		ch.maxWindow = max(ch.maxWindow, ch.tiers[i].ContextWindow)
@@ -134,10 +150,12 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		clientGone:     s.NewCounter(`gateway_chat_client_disconnects_total`),
 		retries:        s.NewCounter(`gateway_chat_upstream_retries_total`),
 		oversize:       s.NewCounter(`gateway_chat_upstream_oversize_total`),
+		gate:           s.NewHistogram(`gateway_chat_moderation_gate_seconds`),
+		gateFailOpen:   s.NewCounter(`gateway_chat_moderation_gate_fail_open_total`),
 	}
 	s.NewGauge(`gateway_chat_in_flight`, func() float64 { return float64(ch.gate.InFlight()) })
 	s.NewGauge(`gateway_chat_open_streams`, func() float64 { return float64(ch.open.Load()) })
-	for _, up := range ch.ups {
+	for _, up := range append(ch.ups[:len(ch.ups):len(ch.ups)], ch.auxUps()...) {
 		name := up.Tier.Name
 		up.meter = tierMeter{
 			input:  s.NewCounter(fmt.Sprintf(`gateway_chat_tokens_total{tier=%q,direction="input"}`, name)),
@@ -169,6 +187,11 @@ func (ch *Chat) Register(rt *Router) {
 	rt.HandleOnly(fasthttp.MethodPost, "/v1/chat/completions", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return ch.serve(ctx, c, chatOpenAI)
 	})
+	// Token counting reads chat's tiers, template and system prompts. It
+	// counts in its own window, bills nothing and writes no ledger row.
+	rt.Handle(fasthttp.MethodPost, "/api/v1/tokens/count", hotpath.Access{Name: "tokens_count", Auth: hotpath.AuthUser,
+		Family: hotpath.FamilyTokens, Rate: hotpath.RateTokenCount, Unlogged: true}, ch.countTokens)
+	ch.registerAux(rt)
 	a.Name = chatAnthropic.routeName()
 	rt.HandleOnly(fasthttp.MethodPost, "/v1/messages", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return ch.serve(ctx, c, chatAnthropic)
@@ -177,11 +200,12 @@ func (ch *Chat) Register(rt *Router) {
 	rt.HandleOnly(fasthttp.MethodPost, "/v1/responses", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return ch.serve(ctx, c, chatResponses)
 	})
-	// Counting is not billed: it needs the tokens scope and counts in
-	// token counting's own window, like the gateway's own count route.
+	// Anthropic's count is the gateway's token count for a Messages body:
+	// the same scope, window and rules; it bills nothing and writes no
+	// ledger row.
 	count := hotpath.Access{Auth: hotpath.AuthUser, Family: hotpath.FamilyTokens, Rate: hotpath.RateTokenCount,
-		Name: "messages_count_tokens"}
-	rt.HandleOnly(fasthttp.MethodPost, "/v1/messages/count_tokens", count, ch.countTokens)
+		Name: "messages_count_tokens", Unlogged: true}
+	rt.HandleOnly(fasthttp.MethodPost, "/v1/messages/count_tokens", count, ch.countMessageTokens)
 }
 
 // envelope is the error envelope the route answers in.
@@ -499,13 +523,29 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if l := t.ch.cfg.Limits; l != nil && intent.Auto {
 		t.poolsLow = l.PoolsLow(context.Background(), c.Start, c.User)
 	}
-	if cerr := t.route(c.User); cerr != nil {
-		return false, cerr
+	if t.bound > watchCountAbove {
+		// A prompt this long may take a while to count: the departure
+		// watcher looks at the client meanwhile, and the count stops
+		// if it leaves.
+		t.ch.watch.add(t, ctx.Conn())
 	}
-	if cerr := t.checkContext(); cerr != nil {
+	cerr = t.route(c.User)
+	if cerr == nil {
+		cerr = t.checkContext()
+	}
+	if t.bound > watchCountAbove {
+		t.ch.watch.remove(t)
+		if t.departed.Load() {
+			return false, codec.ErrClientClosedRequest
+		}
+	}
+	if cerr != nil {
 		return false, cerr
 	}
 	if cerr := t.admit(ctx, c); cerr != nil {
+		return false, cerr
+	}
+	if cerr := t.moderateInput(); cerr != nil {
 		return false, cerr
 	}
 	t.head = codec.Head{ID: t.newCompletionID(), Created: time.Now().Unix(), Model: t.up.Tier.Name}

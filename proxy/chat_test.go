@@ -58,6 +58,7 @@ type fixtureOptions struct {
 	keepAlive   time.Duration
 	clientConn  func(net.Conn) net.Conn // wraps each accepted client connection
 	routes      func(*Router)           // registers routes beside chat
+	aux         bool                    // bind the auxiliary tiers too
 }
 
 // wrapListener wraps each connection it accepts.
@@ -111,10 +112,26 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 		require.NoError(t, err)
 		ups[tiers[i].Name] = up
 	}
+	var aux AuxConfig
+	if o.aux {
+		auxTiers := hotpath.DefaultAuxTiers()
+		bind := func(i int, path, model string) *Upstream {
+			uc := UpstreamConfig{BaseURL: "http://sim.test/v1", Path: path, Model: model,
+				Backoff: time.Millisecond, MaxRetryWait: time.Millisecond, Dial: func(string) (net.Conn, error) { return o.dial() }}
+			if o.upstream != nil {
+				o.upstream(&uc)
+			}
+			up, err := NewUpstream(&auxTiers[i], uc, hotpath.NewBreaker(o.breaker, nil))
+			require.NoError(t, err)
+			return up
+		}
+		aux = AuxConfig{Embed: bind(0, "/embeddings", "sim-embed"), Rerank: bind(1, "/rerank", "sim-rerank"),
+			Guard: bind(2, "/chat/completions", "guard-sim")}
+	}
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	var err error
 	f.chat, err = NewChat(ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: o.idempotency, MaxInFlight: o.maxInFlight,
-		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive})
+		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive, Aux: aux})
 	require.NoError(t, err)
 	t.Cleanup(f.chat.Close)
 

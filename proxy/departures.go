@@ -11,14 +11,16 @@ import (
 // client: a client that left is noticed within about this long.
 const departureEvery = 400 * time.Millisecond
 
-// departures notices streaming clients that left — closed or reset their
+// departures notices clients that left — closed or reset their
 // connection — while their stream has nothing to write to them: an upstream
 // that is silent, reasoning the wire does not show, a first token still to
 // come. One goroutine looks at every open stream's socket in turn, without
 // reading from it (a peek, so a pipelined request the client sent is left
 // where it is), instead of a goroutine per stream. A stream whose client
 // left has its upstream connection closed at once, which ends its pump; the
-// stream then frees its slots and bills what was delivered.
+// stream then frees its slots and bills what was delivered. A request
+// whose long prompt is being counted is watched the same way, and its
+// count abandoned.
 //
 // A client that half-closes its connection after its request reads as
 // gone, as it does to nginx: its stream is abandoned cleanly.
@@ -28,6 +30,7 @@ type departures struct {
 	stop    chan struct{}
 	start   sync.Once // the watcher starts with the first stream
 	end     sync.Once
+	every   time.Duration // departureEvery; tests set it before the first add
 }
 
 type watched struct {
@@ -36,7 +39,7 @@ type watched struct {
 }
 
 func newDepartures() *departures {
-	return &departures{streams: map[*turn]syscall.RawConn{}, stop: make(chan struct{})}
+	return &departures{streams: map[*turn]syscall.RawConn{}, stop: make(chan struct{}), every: departureEvery}
 }
 
 // add watches t's client connection c; a connection the watcher cannot
@@ -70,7 +73,7 @@ func (d *departures) close() {
 }
 
 func (d *departures) run() {
-	tick := time.NewTicker(departureEvery)
+	tick := time.NewTicker(d.every)
 	defer tick.Stop()
 	var list []watched // the sweep's own, reused
 	for {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -159,4 +160,34 @@ func TestDeparturesAreNotInvalidRequests(t *testing.T) {
 		"client_closed_request: %v", metricValue(t, f, closed))
 	require.Zero(t, metricValue(t, f, invalid))
 	require.Equal(t, 1.0, metricValue(t, f, `gateway_requests_total{route="chat_v1",status="4xx"}`), "the stream is logged 499")
+}
+
+// A client that leaves while its long prompt is being counted has the
+// count abandoned: the request ends as client_closed_request, not as the
+// context_overflow the finished count would have given, and nothing of it
+// reaches the upstream.
+func TestDepartureStopsTheCount(t *testing.T) {
+	f := newLifecycleFixture(t, func(o *fixtureOptions) { o.server.MaxBodySize = 8 << 20 })
+	f.chat.watch.every = 5 * time.Millisecond
+	// Eight bytes a token and no word breaks: the count cannot stop early
+	// by the word bound and must read about 2 MiB to pass kavi's window.
+	body := `{"model":"kavi","messages":[{"role":"user","content":"` + strings.Repeat("a", 6<<20) + `"}]}`
+	closed := `gateway_errors_total{code="client_closed_request"}`
+	overflow := `gateway_errors_total{code="context_overflow"}`
+
+	// A client that waits is told its prompt is over the window.
+	rc := f.dialRaw(t)
+	rc.send(t, f, "HTTP/1.1", "POST", "/api/v1/chat", body)
+	resp, _, err := rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, 1.0, metricValue(t, f, overflow))
+
+	// One that leaves as soon as its request is sent is not counted for.
+	rc = f.dialRaw(t)
+	rc.send(t, f, "HTTP/1.1", "POST", "/api/v1/chat", body)
+	require.NoError(t, rc.c.Close())
+	require.Eventually(t, func() bool { return metricValue(t, f, closed) == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 1.0, metricValue(t, f, overflow), "the abandoned count gave no verdict")
+	require.Zero(t, f.chat.gate.InFlight())
 }

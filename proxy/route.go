@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bytedance/sonic"
@@ -157,6 +158,11 @@ func (t *turn) checkContext() *codec.Error {
 	return nil
 }
 
+// watchCountAbove is the prompt size, in bytes, above which counting it may
+// take long enough (tens of milliseconds) that a client which leaves
+// meanwhile is watched for, and its count abandoned.
+const watchCountAbove = 256 << 10
+
 // fits reports whether the prompt, with up's system prompt, fits up's
 // window: by the byte bound when it can, else by a count that stops as soon
 // as it passes the window.
@@ -181,7 +187,7 @@ func (t *turn) fits(up *Upstream) bool {
 // early is redone only for a larger limit.
 func (t *turn) promptTokens(up *Upstream, limit int) int {
 	if !t.counted || t.countSys != up.cfg.SystemPrompt || t.count > t.countLimit && limit > t.countLimit {
-		t.count, t.countSys, t.countLimit, t.counted = countPrompt(&t.req, up, limit), up.cfg.SystemPrompt, limit, true
+		t.count, t.countSys, t.countLimit, t.counted = countPrompt(&t.req, up, limit, &t.departed), up.cfg.SystemPrompt, limit, true
 	}
 	return t.count
 }
@@ -205,8 +211,8 @@ func promptBound(r *codec.ChatRequest) int {
 
 // countPrompt counts the prompt, with the tier's system prompt, as the
 // tokenizer and template the simulator reports usage with, stopping once the
-// count passes limit.
-func countPrompt(r *codec.ChatRequest, up *Upstream, limit int) int {
+// count passes limit or stop is set.
+func countPrompt(r *codec.ChatRequest, up *Upstream, limit int, stop *atomic.Bool) int {
 	msgs := make([]tokens.Message, 0, len(r.Messages)+1)
 	if up.cfg.SystemPrompt != "" {
 		msgs = append(msgs, tokens.Message{Role: "system", Content: up.cfg.SystemPrompt})
@@ -224,7 +230,7 @@ func countPrompt(r *codec.ChatRequest, up *Upstream, limit int) int {
 		f := &r.Tools[i].Function
 		tools = append(tools, tokens.Tool{Name: f.Name, Description: f.Description, Parameters: f.Parameters})
 	}
-	return tokens.CountChatLimit(msgs, tools, limit)
+	return tokens.CountChatUntil(msgs, tools, limit, stop)
 }
 
 // contentText is a message's text: the string, or its text parts joined.

@@ -19,6 +19,10 @@ type UpstreamConfig struct {
 	// BaseURL is the provider's API root, e.g. https://api.example.com/v1;
 	// chat goes to BaseURL + "/chat/completions". Required.
 	BaseURL string
+	// Path is appended to BaseURL for every call. Default
+	// "/chat/completions"; the embeddings tier uses "/embeddings" and the
+	// rerank tier "/rerank".
+	Path string
 	// APIKey is sent as a Bearer token when set.
 	APIKey string
 	// Model is the upstream model id. It is never shown to clients.
@@ -72,6 +76,9 @@ func (c *UpstreamConfig) Validate() error {
 	}
 	if c.Model == "" {
 		return errors.New("model: must be set")
+	}
+	if c.Path == "" {
+		c.Path = "/chat/completions"
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = 65536
@@ -147,7 +154,7 @@ func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breake
 	up := &Upstream{
 		Tier:    tier,
 		cfg:     cfg,
-		url:     strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
+		url:     strings.TrimSuffix(cfg.BaseURL, "/") + cfg.Path,
 		Breaker: breaker,
 	}
 	if cfg.APIKey != "" {

@@ -27,12 +27,12 @@ func (t *turn) decode(body []byte) *codec.Error {
 	return codec.DecodeRequest(body, &t.req)
 }
 
-// countTokens serves POST /v1/messages/count_tokens: the input tokens a
-// /v1/messages call with the same body would be billed, counted with the
-// tokenizer and chat template of the tier that would serve it (auto: the
-// tier auto tries first for the request's shape) and that tier's system
-// prompt. Nothing goes upstream and nothing is billed.
-func (ch *Chat) countTokens(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+// countMessageTokens serves POST /v1/messages/count_tokens: the input
+// tokens a /v1/messages call with the same body would be billed, counted
+// with the tokenizer, chat template and system prompt of the tier named,
+// under the rules of POST /api/v1/tokens/count (auto refused, the same
+// bounds on the text). Nothing goes upstream and nothing is billed.
+func (ch *Chat) countMessageTokens(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	body := ctx.PostBody()
 	if len(body) == 0 {
 		return errEmptyBody
@@ -46,26 +46,17 @@ func (ch *Chat) countTokens(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if cerr := t.anthropic.ToChat(&t.req, true); cerr != nil {
 		return cerr
 	}
+	if t.req.Model == "auto" {
+		return errCountAuto
+	}
 	intent, cerr := validateChat(&t.req, chatAnthropic, ch.tiers, c.User, c.Version, c.Pinned)
 	if cerr != nil {
 		return cerr
 	}
-	t.intent = intent
-	var up *Upstream
-	if intent.Auto {
-		for _, name := range t.autoOrder() {
-			if u := ch.upstreamFor(name); u != nil && c.User.AllowsModel(name) {
-				up = u
-				break
-			}
-		}
-	} else {
-		up = ch.upstreamFor(intent.Tier.Name)
+	if cerr := checkCountable(&t.req); cerr != nil {
+		return cerr
 	}
-	if up == nil {
-		return errModelUnknown
-	}
-	n := countPrompt(&t.req, up, math.MaxInt)
+	n := countPrompt(&t.req, ch.upstreamFor(intent.Tier.Name), math.MaxInt, nil) // bounded by checkCountable
 	t.out = codec.AppendCountTokens(t.out[:0], int64(n))
 	ctx.SetContentType("application/json")
 	ctx.SetBody(t.out)

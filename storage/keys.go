@@ -47,6 +47,9 @@ type KeyInfo struct {
 	CreatedAt string   `json:"created_at"`
 	ExpiresAt *string  `json:"expires_at"`
 	RevokedAt *string  `json:"revoked_at"`
+	// RevokedReason says why: holder, admin, member_removed or member_left.
+	RevokedReason *string `json:"revoked_reason"`
+	RotatedAt     *string `json:"rotated_at"`
 }
 
 func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
@@ -103,7 +106,8 @@ func (db *DB) CreateKey(ctx context.Context, k NewKey) (IssuedKey, error) {
 
 // RevokeKey revokes a key by id. Revoking twice is not an error.
 func (db *DB) RevokeKey(ctx context.Context, keyID string) error {
-	tag, err := db.Pool.Exec(ctx, `update api_keys set revoked_at = coalesce(revoked_at, now()) where id = $1`, keyID)
+	tag, err := db.Pool.Exec(ctx, `update api_keys set revoked_at = coalesce(revoked_at, now()),
+		revoked_reason = coalesce(revoked_reason, 'admin') where id = $1`, keyID)
 	if pgErrCode(err) == "22P02" {
 		return ErrNotFound
 	}
@@ -122,7 +126,8 @@ func (db *DB) RevokeKey(ctx context.Context, keyID string) error {
 // and a key of somebody else's is ErrNotFound, like a missing one.
 func (db *DB) RevokeOwnKey(ctx context.Context, keyID, userID, orgID string) (hotpath.TokenHash, error) {
 	var h []byte
-	err := db.Pool.QueryRow(ctx, `update api_keys set revoked_at = coalesce(revoked_at, now())
+	err := db.Pool.QueryRow(ctx, `update api_keys set revoked_at = coalesce(revoked_at, now()),
+			revoked_reason = coalesce(revoked_reason, 'holder')
 		where id = $1 and user_id = $2 and org_id = $3 and kind <> 'signed_in' returning hash`,
 		keyID, userID, orgID).Scan(&h)
 	if errors.Is(err, pgx.ErrNoRows) || pgErrCode(err) == "22P02" {
@@ -136,7 +141,8 @@ func (db *DB) RevokeOwnKey(ctx context.Context, keyID, userID, orgID string) (ho
 
 // ListKeys lists the keys of userID bound to orgID, newest first.
 func (db *DB) ListKeys(ctx context.Context, userID, orgID string) ([]KeyInfo, error) {
-	rows, err := db.Pool.Query(ctx, `select id, kind, org_id, scopes, models, read_only, created_at, expires_at, revoked_at
+	rows, err := db.Pool.Query(ctx, `select id, kind, org_id, scopes, models, read_only, created_at, expires_at, revoked_at,
+			revoked_reason, rotated_at
 		from api_keys where user_id = $1 and org_id = $2 order by created_at desc, id`, userID, orgID)
 	if err != nil {
 		return nil, fmt.Errorf("cannot list keys: %w", err)
@@ -145,14 +151,16 @@ func (db *DB) ListKeys(ctx context.Context, userID, orgID string) ([]KeyInfo, er
 	for rows.Next() {
 		var k KeyInfo
 		var created time.Time
-		var expires, revoked *time.Time
-		if err := rows.Scan(&k.ID, &k.Kind, &k.OrgID, &k.Scopes, &k.Models, &k.ReadOnly, &created, &expires, &revoked); err != nil {
+		var expires, revoked, rotated *time.Time
+		if err := rows.Scan(&k.ID, &k.Kind, &k.OrgID, &k.Scopes, &k.Models, &k.ReadOnly, &created, &expires, &revoked,
+			&k.RevokedReason, &rotated); err != nil {
 			return nil, fmt.Errorf("cannot list keys: %w", err)
 		}
 		if scopes, err := hotpath.ParseScopes(k.Scopes); err == nil {
 			k.Scopes = scopes.Names()
 		}
 		k.CreatedAt, k.ExpiresAt, k.RevokedAt = timestamp(created), optTimestamp(expires), optTimestamp(revoked)
+		k.RotatedAt = optTimestamp(rotated)
 		out = append(out, k)
 	}
 	if err := rows.Err(); err != nil {
@@ -170,13 +178,13 @@ func (db *DB) LookupKey(ctx context.Context, h hotpath.TokenHash) (*hotpath.Prin
 	var spendCap, credits, workspaceCap *int64
 	var expires *time.Time
 	err := db.Pool.QueryRow(ctx, `select k.id, k.user_id, k.org_id, k.kind, k.scopes, k.models, k.read_only,
-			k.spend_cap_micros, k.credits_micros, k.credits_adjustment_micros, k.workspace_id::text, w.spend_cap_micros,
+			k.spend_cap_micros, k.credits_micros, k.credits_adjustment_micros, w.id::text, w.spend_cap_micros,
 			k.expires_at, k.revoked_at is not null, u.suspended_at is not null, m.role, o.name, o.plan
 		from api_keys k
 		join users u on u.id = k.user_id
 		left join memberships m on m.org_id = k.org_id and m.user_id = k.user_id
 		left join organizations o on o.id = k.org_id
-		left join workspaces w on w.id = k.workspace_id
+		left join workspaces w on w.id = k.workspace_id or (k.workspace_id is null and w.org_id = k.org_id and w.is_default)
 		where k.hash = $1`, h[:]).Scan(&p.KeyID, &p.UserID, &p.OrgID, &kind, &scopes, &p.Models, &p.ReadOnly,
 		&spendCap, &credits, &p.CreditsAdjustMicros, &workspace, &workspaceCap, &expires, &p.Revoked, &p.Suspended,
 		&role, &orgName, &plan)
@@ -290,4 +298,51 @@ func (db *DB) RevokeServiceToken(ctx context.Context, id string) error {
 		return ErrNotFound
 	}
 	return nil
+}
+
+// ErrKeyNotRotatable refuses rotating a key that is not a live developer
+// key: a signed-in credential (not by its holder), a headless key, or one
+// already revoked.
+var ErrKeyNotRotatable = errors.New("only a live developer key can be rotated")
+
+// RotateOwnKey gives a developer key of userID bound to orgID a new secret:
+// same id, restrictions and workspace; only the hash changes. It returns the
+// new secret (shown once) and the old hash, which the rotating process drops
+// from its cache before it answers; the other processes hear of both hashes
+// through the api_keys trigger.
+func (db *DB) RotateOwnKey(ctx context.Context, keyID, userID, orgID string) (IssuedKey, hotpath.TokenHash, error) {
+	if !ValidUUID(keyID) {
+		return IssuedKey{}, hotpath.TokenHash{}, ErrNotFound
+	}
+	org, err := db.Membership(ctx, userID, orgID)
+	if err != nil {
+		return IssuedKey{}, hotpath.TokenHash{}, fmt.Errorf("cannot rotate key: %w", err)
+	}
+	token, hash := hotpath.GenerateToken(hotpath.TokenUser)
+	var old []byte
+	var kind string
+	var revoked bool
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `select hash, kind, revoked_at is not null from api_keys
+			where id = $1 and user_id = $2 and org_id = $3 for update`, keyID, userID, orgID).Scan(&old, &kind, &revoked)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if kind != hotpath.KindDeveloper.String() || revoked {
+			return ErrKeyNotRotatable
+		}
+		_, err = tx.Exec(ctx, `update api_keys set hash = $2, rotated_at = now() where id = $1`, keyID, hash[:])
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrKeyNotRotatable):
+		return IssuedKey{}, hotpath.TokenHash{}, err
+	case err != nil:
+		return IssuedKey{}, hotpath.TokenHash{}, fmt.Errorf("cannot rotate key: %w", err)
+	}
+	return IssuedKey{AccessToken: token, TokenType: "bearer", KeyID: keyID, UserID: userID, Org: org},
+		hotpath.TokenHash(old), nil
 }

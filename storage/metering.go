@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -14,10 +15,14 @@ import (
 // routes for workspaces build on the same table.
 type Workspace struct {
 	ID             string `json:"id"`
+	Object         string `json:"object"`
 	OrgID          string `json:"org_id"`
 	Name           string `json:"name"`
 	Slug           string `json:"slug"`
 	SpendCapMicros *int64 `json:"spend_cap_micros"`
+	IsDefault      bool   `json:"is_default"`
+	CreatedAt      string `json:"created_at"`
+	UpdatedAt      string `json:"updated_at"`
 }
 
 var nonSlug = regexp.MustCompile(`[^a-z0-9]+`)
@@ -43,9 +48,11 @@ func (db *DB) CreateWorkspace(ctx context.Context, orgID, name, slug string, cap
 	if capMicros != nil && *capMicros <= 0 {
 		return Workspace{}, fmt.Errorf("cannot create workspace: spend cap %w (must be positive)", ErrInvalid)
 	}
-	w := Workspace{OrgID: orgID, Name: name, Slug: slug, SpendCapMicros: capMicros}
+	w := Workspace{Object: "workspace", OrgID: orgID, Name: name, Slug: slug, SpendCapMicros: capMicros}
+	var created time.Time
 	err := db.Pool.QueryRow(ctx, `insert into workspaces (org_id, name, slug, spend_cap_micros)
-		values ($1, $2, $3, $4) returning id`, orgID, name, slug, capMicros).Scan(&w.ID)
+		values ($1, $2, $3, $4) returning id, created_at`, orgID, name, slug, capMicros).Scan(&w.ID, &created)
+	w.CreatedAt, w.UpdatedAt = timestamp(created), timestamp(created)
 	switch pgErrCode(err) {
 	case "":
 	case "23505":

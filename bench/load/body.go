@@ -155,6 +155,9 @@ func buildVariants(sc *Scenario, tg target, wire Wire) ([]variant, error) {
 						continue
 					}
 					path := w.Path()
+					if sc.Route != "" {
+						path = auxPath(sc.Route, w)
+					}
 					if tg.path != "" {
 						path = tg.path
 					}
@@ -168,6 +171,9 @@ func buildVariants(sc *Scenario, tg target, wire Wire) ([]variant, error) {
 						stream:  sc.Stream,
 						check:   checkerWire(sc, w),
 						weight:  weight,
+					}
+					if sc.Route != "" {
+						v.body = appendAuxBody(nil, sc, w, tg.model, fault, padding)
 					}
 					if kind != "" {
 						v.body, v.stream, v.check = hostileBody(kind, tier), false, 0
@@ -338,4 +344,86 @@ func splitmix64(x uint64) uint64 {
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
+}
+
+// The specialised routes a scenario may load instead of chat.
+const (
+	RouteEmbeddings = "embeddings"
+	RouteRerank     = "rerank"
+	RouteModeration = "moderation"
+)
+
+// auxPath is the route an aux request of wire w posts to: the gateway's
+// own, or, on the upstream wire, the call the gateway makes upstream.
+func auxPath(route string, w Wire) string {
+	switch {
+	case w == WireUpstream && route == RouteModeration:
+		return pathOpenAI
+	case w == WireUpstream && route == RouteRerank:
+		return "/rerank"
+	case w == WireUpstream:
+		return "/v1/embeddings"
+	case w == WireOpenAI && route == RouteModeration:
+		return "/v1/moderations"
+	case w == WireOpenAI:
+		return "/v1/embeddings"
+	case w == WireV2:
+		return "/api/v2/" + auxRouteName(route)
+	}
+	return "/api/v1/" + auxRouteName(route)
+}
+
+func auxRouteName(route string) string {
+	if route == RouteModeration {
+		return "moderations"
+	}
+	return route
+}
+
+// appendAuxBody appends an aux request of sc.Inputs inputs of padding
+// (the fault directive, if any, in the first), as the gateway's route
+// takes it, or on the upstream wire as the gateway sends it upstream (the
+// guard: one chat call judging the first input).
+func appendAuxBody(dst []byte, sc *Scenario, w Wire, model, fault string, padding []byte) []byte {
+	input := func(i int) []byte {
+		text := append([]byte(nil), padding...)
+		text = strconv.AppendInt(append(text, ' '), int64(i), 10)
+		if fault != "" && i == 0 {
+			text = append(append(text, ' '), fault...)
+		}
+		return text
+	}
+	list := func(dst []byte) []byte {
+		dst = append(dst, '[')
+		for i := range sc.Inputs {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = codec.AppendJSONBytes(dst, input(i))
+		}
+		return append(dst, ']')
+	}
+	if model == "" {
+		model = map[string]string{RouteEmbeddings: "gw-embed", RouteRerank: "gw-rerank", RouteModeration: "gw-guard"}[sc.Route]
+		if w == WireUpstream {
+			model = map[string]string{RouteEmbeddings: "sim-embed", RouteRerank: "sim-rerank", RouteModeration: "guard-sim"}[sc.Route]
+		}
+	}
+	dst = append(dst, `{"model":`...)
+	dst = codec.AppendJSONString(dst, model)
+	switch {
+	case sc.Route == RouteRerank:
+		dst = append(dst, `,"query":`...)
+		dst = codec.AppendJSONBytes(dst, input(0))
+		dst = append(dst, `,"documents":`...)
+		dst = list(dst)
+	case sc.Route == RouteModeration && w == WireUpstream:
+		dst = append(dst, `,"messages":[{"role":"user","content":`...)
+		dst = codec.AppendJSONBytes(dst, input(0))
+		dst = append(dst, `}],"max_tokens":64,"temperature":0`...)
+	default:
+		dst = append(dst, `,"input":`...)
+		dst = list(dst)
+	}
+	return append(dst, '}')
 }

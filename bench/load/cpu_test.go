@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,26 +124,55 @@ func TestCompareReportsCPU(t *testing.T) {
 	require.Contains(t, string(raw), `"rss_bytes"`)
 }
 
+// spinEnv makes the test binary, started with it set, a process that
+// spins until it has used spinCPU of CPU time and then sleeps: CPU spent in
+// a known amount, however busy the machine is.
+const (
+	spinEnv = "LOAD_TEST_SPIN"
+	spinCPU = 300 * time.Millisecond
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(spinEnv) != "" {
+		for {
+			var ru syscall.Rusage
+			if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil ||
+				time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) >= spinCPU {
+				break
+			}
+			for i := 0; i < 1_000_000; i++ {
+				spinSink += i
+			}
+		}
+		time.Sleep(time.Minute)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+var spinSink int
+
 // The CPU window is the measured one: a run whose warm-up burns CPU in
 // the measured process, and whose window does not, reports (almost) none.
 func TestCPUWindowExcludesWarmup(t *testing.T) {
 	needProc(t)
-	cmd := exec.Command("sh", "-c", "timeout 1 sh -c 'while :; do :; done'; sleep 30")
+	base := serve(t, (&arrivals{}).handler("x"))
+	// A child spins through the warm-up, long enough on any machine for
+	// its CPU time to be spent, and the window finds it asleep.
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), spinEnv+"=1")
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	base := serve(t, (&arrivals{}).handler("x"))
-	// A grandchild spins for a second, during the warm-up; the window
-	// finds the shell asleep.
-	sc := quick(t, Scenario{Concurrency: 1, Warmup: 1500 * time.Millisecond, Duration: 300 * time.Millisecond})
+	sc := quick(t, Scenario{Concurrency: 1, Warmup: 4 * time.Second, Duration: 300 * time.Millisecond})
 	res, err := Run(context.Background(), sc, Target{Name: "t", BaseURL: base, PID: cmd.Process.Pid}, Options{})
 	require.NoError(t, err)
 	require.Len(t, res.CPU, 1)
 	whole, err := ReadProcTree(cmd.Process.Pid)
 	require.NoError(t, err)
-	require.Greater(t, whole.CPU, 200*time.Millisecond, "the tree spun during the warm-up")
+	require.GreaterOrEqual(t, whole.CPU, spinCPU-20*time.Millisecond, "the child spun during the warm-up")
 	require.LessOrEqual(t, res.CPU[0].CPU, 50*time.Millisecond, "and the window did not count it")
 }
 

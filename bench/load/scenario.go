@@ -159,6 +159,24 @@ func (s *Scenario) Validate() error {
 		return bad("model", "%v", err)
 	}
 
+	switch s.Route {
+	case "":
+	case RouteEmbeddings, RouteRerank, RouteModeration:
+		if s.Stream || s.Tools || s.IncludeUsage {
+			return bad("route", "%s takes no stream, tools or include_usage", s.Route)
+		}
+		if s.Route == RouteRerank && (s.Wires[WireOpenAI] > 0) {
+			return bad("route", "rerank has no OpenAI route (wires v1, v2 or upstream)")
+		}
+		if s.Inputs == 0 {
+			s.Inputs = 1
+		}
+		if s.Inputs < 0 || s.Inputs > 512 {
+			return bad("inputs", "must be from 1 to 512")
+		}
+	default:
+		return bad("route", "unknown route %q (embeddings, rerank or moderation)", s.Route)
+	}
 	if len(s.Tiers) == 0 {
 		s.Tiers = map[string]float64{DefaultTier: 1}
 	}

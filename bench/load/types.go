@@ -64,6 +64,16 @@ type Scenario struct {
 	// brings no key or header of its own: "x-api-key: k1",
 	// "Authorization: Bearer k1".
 	AuthHeader string `yaml:"auth_header"`
+	// Route, when set, loads a specialised route instead of chat:
+	// "embeddings", "rerank" or "moderation". The gateway's wires post to
+	// /api/v1/<route> (v1, v2) or the OpenAI route (openai: /v1/embeddings,
+	// /v1/moderations); the upstream wire posts what the gateway would send
+	// its upstream (the simulator's /v1/embeddings, /rerank, or one guard
+	// chat call), so a comparison measures the gateway's own cost.
+	Route string `yaml:"route"`
+	// Inputs is how many inputs (documents for rerank) an aux request
+	// carries, each of PromptWords words. Default 1.
+	Inputs int `yaml:"inputs"`
 	// IncludeUsage asks for the usage frame on the OpenAI wires.
 	IncludeUsage bool `yaml:"include_usage"`
 

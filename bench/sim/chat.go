@@ -792,6 +792,9 @@ var guardTriggers = []struct{ word, code string }{
 // guardVerdict is the guard's answer to the last user message: "safe", or
 // "unsafe" and a line of hazard codes in ascending order.
 func guardVerdict(msgs []tokens.Message, lastUser int, d *directives) string {
+	if d.garbled {
+		return "I cannot classify this text."
+	}
 	if lastUser < 0 {
 		return "safe"
 	}

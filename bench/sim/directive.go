@@ -49,6 +49,8 @@ type directives struct {
 	faultAfter  int // N of stall_after and malformed_after
 	unsafe      bool
 	hazards     []string
+	garbled     bool // guard: a reply that is not a verdict
+	tie         bool // rerank: every document scores the same
 }
 
 // parseDirectives reads every [[sim:NAME]] and [[sim:NAME=VALUE]] marker in
@@ -136,6 +138,10 @@ func (d *directives) set(name, value string, hasValue bool) error {
 		d.json, d.jsonInvalid, err = true, false, flag()
 	case "json_invalid":
 		d.json, d.jsonInvalid, err = false, true, flag()
+	case "garbled":
+		d.garbled, err = true, flag()
+	case "tie":
+		d.tie, err = true, flag()
 	case "unsafe":
 		d.unsafe, d.hazards = true, d.hazards[:0]
 		for c := range strings.SplitSeq(value, ",") {

@@ -71,6 +71,9 @@
 //	                          unterminated object
 //	[[sim:unsafe=S1,S10]]     guard model: answer unsafe with these codes
 //	                          ([[sim:unsafe]] alone: unsafe with no code line)
+//	[[sim:garbled]]           guard model: answer text that is not a verdict
+//	[[sim:tie]]               rerank (in the query): every document scores 0.5,
+//	                          so the order falls to the index
 //	[[sim:fault=KIND]]        a failure, below
 //
 // With response_format json_object or json_schema and no json directive the
@@ -126,5 +129,7 @@
 // of the word sets of query and document, scaled to at most 0.99, plus a
 // deterministic tie-breaker below 0.01; results are sorted by score, then
 // index, and cut to top_n; usage.total_tokens counts the query and every
-// document once.
+// document once. A rerank body with "texts" instead of "documents" is
+// text-embeddings-inference's: it is answered as TEI does, a bare array of
+// {index, score}.
 package sim

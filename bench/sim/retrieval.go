@@ -165,6 +165,7 @@ type rerankRequest struct {
 	Model           string            `json:"model"`
 	Query           string            `json:"query"`
 	Documents       []json.RawMessage `json:"documents"`
+	Texts           []json.RawMessage `json:"texts"` // text-embeddings-inference's name for documents
 	TopN            *int              `json:"top_n"`
 	ReturnDocuments bool              `json:"return_documents"`
 }
@@ -184,6 +185,10 @@ func (s *Server) rerank(ctx *fasthttp.RequestCtx) {
 	if req.Query == "" {
 		badRequest(ctx, "query", "query is required")
 		return
+	}
+	tei := req.Documents == nil && req.Texts != nil
+	if tei {
+		req.Documents = req.Texts
 	}
 	if len(req.Documents) == 0 || len(req.Documents) > maxInputs {
 		badRequest(ctx, "documents", "documents must hold 1 to "+strconv.Itoa(maxInputs)+" documents")
@@ -223,6 +228,9 @@ func (s *Server) rerank(ctx *fasthttp.RequestCtx) {
 	results := make([]rerankResult, len(docs))
 	for i, doc := range docs {
 		results[i] = rerankResult{index: i, score: relevance(query, req.Query, doc, s.cfg.Seed)}
+		if d.tie {
+			results[i].score = 0.5
+		}
 	}
 	slices.SortStableFunc(results, func(a, b rerankResult) int {
 		switch {
@@ -233,6 +241,23 @@ func (s *Server) rerank(ctx *fasthttp.RequestCtx) {
 		}
 		return a.index - b.index
 	})
+	if tei {
+		// text-embeddings-inference answers a bare array of {index, score}.
+		out := make([]byte, 0, 2+topN*40)
+		out = append(out, '[')
+		for i, r := range results[:topN] {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, `{"index":`...)
+			out = strconv.AppendInt(out, int64(r.index), 10)
+			out = append(out, `,"score":`...)
+			out = strconv.AppendFloat(out, r.score, 'g', -1, 64)
+			out = append(out, '}')
+		}
+		writeJSON(ctx, fasthttp.StatusOK, append(out, ']'))
+		return
+	}
 	out := append(make([]byte, 0, 128+topN*48), `{"id":"rerank-sim-`...)
 	out = append(out, hex16(hashBytes(body)^s.cfg.Seed)...)
 	out = append(out, `","model":`...)

@@ -22,6 +22,10 @@ stdout; errors go to stderr with a non-zero exit.
 commands:
   org create --name NAME
   org set-plan --org ORG_ID --plan PLAN
+  org members --org ORG_ID
+  invitation list --org ORG_ID [--limit N]
+  outbox list [--org ORG_ID] [--status pending|sent|failed] [--limit N]
+  outbox retry --id MESSAGE_ID
   workspace create --org ORG_ID --name NAME [--slug SLUG] [--spend-cap-usd N]
   workspace set-cap --workspace WORKSPACE_ID (--spend-cap-usd N | --clear)
   user create --email EMAIL [--org ORG_ID --role owner|admin|member]
@@ -46,6 +50,10 @@ type adminCommand struct {
 var adminCommands = map[string]adminCommand{
 	"org create":           {flags: orgCreate},
 	"org set-plan":         {flags: orgSetPlan},
+	"org members":          {flags: orgMembers},
+	"invitation list":      {flags: invitationList},
+	"outbox list":          {flags: outboxList},
+	"outbox retry":         {flags: outboxRetry},
 	"workspace create":     {flags: workspaceCreate},
 	"workspace set-cap":    {flags: workspaceSetCap},
 	"key adjust-credits":   {flags: keyAdjustCredits},

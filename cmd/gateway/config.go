@@ -10,8 +10,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/edgegw/gateway/control/outbox"
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/meter"
+	"github.com/edgegw/gateway/proxy"
 )
 
 // fileConfig is the --config file: the structured settings that do not fit
@@ -25,6 +27,22 @@ type fileConfig struct {
 	DefaultPlan string                `yaml:"default_plan"`
 	// SignIn is read by signin_config.go.
 	SignIn signInFile `yaml:"sign_in"`
+	// SMTP and PublicBaseURL are read by smtp_config.go.
+	SMTP          smtpFile `yaml:"smtp"`
+	PublicBaseURL string   `yaml:"public_base_url"`
+	// AuxTiers overrides the auxiliary tiers (gw-embed, gw-rerank,
+	// gw-guard): prices, deadline, context_window, max_output and the
+	// upstream binding, with the same keys as tiers.
+	AuxTiers map[string]tierConfig `yaml:"aux_tiers"`
+	// Aux configures the specialised routes.
+	Aux struct {
+		// RerankShape is the rerank upstream's wire: cohere (default; also
+		// Jina) or tei.
+		RerankShape string `yaml:"rerank_shape"`
+		// GuardConcurrency bounds the guard calls of one moderation
+		// request. Default 8.
+		GuardConcurrency int `yaml:"guard_concurrency"`
+	} `yaml:"aux"`
 }
 
 // providerConfig is an OpenAI-compatible endpoint. Its API key is read
@@ -66,6 +84,12 @@ type tierConfig struct {
 	StreamIdleTimeout *time.Duration `yaml:"stream_idle_timeout"`
 	Retries           *int           `yaml:"retries"`
 	PoolWeight        *int64         `yaml:"pool_weight"`
+	// ModerationGate turns on the tier's input moderation gate
+	// (docs/specialised.md).
+	ModerationGate *struct {
+		Categories     []string `yaml:"categories"`
+		OnGuardFailure string   `yaml:"on_guard_failure"` // closed (default) or open
+	} `yaml:"moderation_gate"`
 }
 
 // binding is where a tier's calls go.
@@ -90,6 +114,17 @@ type settings struct {
 	DefaultPlan string
 	// SignIn configures device login and native OAuth (signin_config.go).
 	SignIn signInSettings
+	// SMTP delivers invitation messages; PublicBaseURL builds their
+	// accept links (smtp_config.go).
+	SMTP          outbox.Config
+	PublicBaseURL string
+	// AuxTiers are the auxiliary tiers; their bindings are in Bindings.
+	AuxTiers []hotpath.Tier
+	// RerankShape and GuardConcurrency configure the specialised routes.
+	RerankShape      string
+	GuardConcurrency int
+	// Gates are the chat tiers' input moderation gates.
+	Gates map[string]proxy.GateConfig
 }
 
 // usd is a dollar amount read from its literal text, so "0.76" is exactly
@@ -123,6 +158,10 @@ func loadSettings(path string) (settings, error) {
 	for _, t := range tiers {
 		st.Bindings[t.Name] = binding{Provider: simProvider, UpstreamModel: "sim-" + t.Name, Reasons: t.Graded}
 	}
+	aux := hotpath.DefaultAuxTiers()
+	st.Bindings[hotpath.TierEmbed] = binding{Provider: simProvider, UpstreamModel: "sim-embed"}
+	st.Bindings[hotpath.TierRerank] = binding{Provider: simProvider, UpstreamModel: "sim-rerank"}
+	st.Bindings[hotpath.TierGuard] = binding{Provider: simProvider, UpstreamModel: "guard-sim"}
 	st.defaultPlans()
 	if path != "" {
 		raw, err := os.ReadFile(path)
@@ -158,6 +197,23 @@ func loadSettings(path string) (settings, error) {
 				return st, fmt.Errorf("config tiers.%s.%w", name, err)
 			}
 			st.Bindings[name] = b
+			if g := tc.ModerationGate; g != nil {
+				gc := proxy.GateConfig{Categories: g.Categories}
+				switch g.OnGuardFailure {
+				case "", "closed":
+				case "open":
+					gc.FailOpen = true
+				default:
+					return st, fmt.Errorf("config tiers.%s.moderation_gate.on_guard_failure: %q is not open or closed", name, g.OnGuardFailure)
+				}
+				if err := gc.Validate(); err != nil {
+					return st, fmt.Errorf("config tiers.%s.moderation_gate.%w", name, err)
+				}
+				if st.Gates == nil {
+					st.Gates = map[string]proxy.GateConfig{}
+				}
+				st.Gates[name] = gc
+			}
 			if tc.PoolWeight != nil {
 				if *tc.PoolWeight < 0 {
 					return st, fmt.Errorf("config tiers.%s.pool_weight: must not be negative", name)
@@ -165,10 +221,29 @@ func loadSettings(path string) (settings, error) {
 				tiers[i].PoolWeight = *tc.PoolWeight
 			}
 		}
+		for name, tc := range fc.AuxTiers {
+			i := tierIndex(aux, name)
+			if i < 0 {
+				return st, fmt.Errorf("config aux_tiers.%s: unknown auxiliary tier (known: gw-embed, gw-rerank, gw-guard)", name)
+			}
+			if tc.PoolWeight != nil || tc.SystemPrompt != nil || tc.Reasons != nil || tc.Reasoning != nil {
+				return st, fmt.Errorf("config aux_tiers.%s: pool_weight, system_prompt, reasons and reasoning do not apply to an auxiliary tier", name)
+			}
+			tc.apply(&aux[i])
+			b := st.Bindings[name]
+			if err := tc.bind(&b, st.Providers); err != nil {
+				return st, fmt.Errorf("config aux_tiers.%s.%w", name, err)
+			}
+			st.Bindings[name] = b
+		}
+		st.RerankShape, st.GuardConcurrency = fc.Aux.RerankShape, fc.Aux.GuardConcurrency
 		if err := st.applyPlans(fc); err != nil {
 			return st, err
 		}
 		if st.SignIn, err = loadSignIn(fc.SignIn); err != nil {
+			return st, err
+		}
+		if st.SMTP, st.PublicBaseURL, err = loadMail(fc, st.SignIn.PublicURL); err != nil {
 			return st, err
 		}
 	}
@@ -177,7 +252,12 @@ func loadSettings(path string) (settings, error) {
 			return st, fmt.Errorf("config tiers.%s.%w", tiers[i].Name, err)
 		}
 	}
-	st.Tiers = tiers
+	for i := range aux {
+		if err := aux[i].Validate(); err != nil {
+			return st, fmt.Errorf("config aux_tiers.%s.%w", aux[i].Name, err)
+		}
+	}
+	st.Tiers, st.AuxTiers = tiers, aux
 	return st, nil
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/control"
+	"github.com/edgegw/gateway/control/outbox"
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/proxy"
@@ -347,10 +348,24 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
 	retention := &control.Retention{DB: a.db, Log: log, Every: cfg.RetentionInterval}
+	// Invitation messages are delivered from the outbox when an SMTP server
+	// is configured; without one they wait there for the operator.
+	var mailer *outbox.Worker
+	if st.SMTP.Enabled() {
+		mailer = outbox.NewWorker(a.db, outbox.NewSMTP(st.SMTP), log, st.SMTP)
+	}
 	go func() {
 		defer close(a.done)
 		retained := make(chan struct{})
 		go func() { defer close(retained); retention.Run(bg) }()
+		mailed := make(chan struct{})
+		go func() {
+			defer close(mailed)
+			if mailer != nil {
+				mailer.Run(bg)
+			}
+		}()
+		defer func() { <-mailed }()
 		returned := make(chan struct{})
 		go func() {
 			defer close(returned)
@@ -410,7 +425,9 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		idem = storage.NewRedisIdempotency(a.redis, "gw:", cfg.IdempotencyTTL, 0)
 	}
 	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set,
-		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive)})
+		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive),
+		Aux: proxy.AuxConfig{Embed: ups[hotpath.TierEmbed], Rerank: ups[hotpath.TierRerank], Guard: ups[hotpath.TierGuard],
+			RerankShape: st.RerankShape, GuardConcurrency: st.GuardConcurrency}, Gates: st.Gates})
 	if err != nil {
 		a.shutdown()
 		return nil, err
@@ -418,7 +435,10 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	chat.Register(rt)
 	a.chat = chat
 	a.api = &control.API{DB: a.db, Keys: a.verifier, Log: log, Commit: buildCommit(), SignIn: st.SignIn,
-		Limits: limits}
+		Limits: limits, Mail: control.MailConfig{PublicBaseURL: st.PublicBaseURL}}
+	if mailer != nil {
+		a.api.Outbox = mailer
+	}
 	a.api.Register(rt)
 
 	// A connection whose stream completed serves the client's next request.

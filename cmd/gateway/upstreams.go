@@ -19,12 +19,24 @@ import (
 func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.Upstream, error) {
 	ups := map[string]*proxy.Upstream{}
 	var simLn *fasthttputil.InmemoryListener
+	all := make([]*hotpath.Tier, 0, len(st.Tiers)+len(st.AuxTiers))
 	for i := range st.Tiers {
-		t := &st.Tiers[i]
+		all = append(all, &st.Tiers[i])
+	}
+	for i := range st.AuxTiers {
+		all = append(all, &st.AuxTiers[i])
+	}
+	for _, t := range all {
 		b := st.Bindings[t.Name]
 		uc := proxy.UpstreamConfig{
 			Model: b.UpstreamModel, SystemPrompt: b.SystemPrompt, Reasons: b.Reasons,
 			StreamIdle: b.StreamIdleTimeout, MaxResponseBytes: a.cfg.UpstreamMaxResponse, MaxEventBytes: a.cfg.UpstreamMaxEvent,
+		}
+		switch t.Name {
+		case hotpath.TierEmbed:
+			uc.Path = "/embeddings"
+		case hotpath.TierRerank:
+			uc.Path = "/rerank"
 		}
 		switch {
 		case b.Retries == nil: // the upstream default
@@ -54,7 +66,7 @@ func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.U
 		}
 		up, err := proxy.NewUpstream(t, uc, hotpath.NewBreaker(hotpath.BreakerConfig{}, nil))
 		if err != nil {
-			return nil, fmt.Errorf("config tiers.%s: %w", t.Name, err)
+			return nil, fmt.Errorf("config tiers.%s: %w", t.Name, err) // aux tiers are named by their gw- prefix
 		}
 		ups[t.Name] = up
 	}

@@ -46,6 +46,10 @@ tiers:
   kavi:  {provider: simulator, upstream_model: sim-kavi, reasons: true, deadline: 3s, stream_idle_timeout: 2s}
   vaani: {provider: simulator, upstream_model: sim-vaani, reasons: true, deadline: 3s, stream_idle_timeout: 2s}
   mira:  {provider: simulator, upstream_model: sim-mira, reasons: false, deadline: 3s, stream_idle_timeout: 2s}
+aux_tiers:
+  gw-embed:  {provider: simulator, upstream_model: sim-embed, deadline: 3s}
+  gw-rerank: {provider: simulator, upstream_model: sim-rerank, deadline: 3s}
+  gw-guard:  {provider: simulator, upstream_model: guard-sim, deadline: 3s}
 `
 
 // localTargets are the targets `gwbench local` can run, in the order a
@@ -85,6 +89,8 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&gwFlags, "gateway-flags", "", "more flags for `gateway serve`, space-separated; they come last, so they override the run's own (for example --admin-addr 127.0.0.1:9090 to read its metrics and profiles during the run)")
 	fs.StringVar(&dbURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL for the gateway [$DATABASE_URL]")
 	fs.StringVar(&scenarios, "scenarios", "chat-nonstream,chat-stream-256tok", "comma-separated scenarios to compare")
+	var auxScenarios string
+	fs.StringVar(&auxScenarios, "aux-scenarios", "embeddings,rerank,moderation", "comma-separated specialised-route scenarios compared after the budget or --scenarios; empty runs none")
 	frontier := fs.Bool("frontier", false, "also search the throughput frontier: the highest rate the gateway holds with its p99 overhead under 1, 5 and 10 ms (up to a minute more)")
 	budget := fs.Bool("budget", true, "measure the performance budget (saturation, half-saturation overhead, streaming) instead of --scenarios")
 	withFaults := fs.Bool("faults", true, "also run the failover scorecard")
@@ -197,6 +203,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		scenarios = ""
 	}
+	if auxScenarios != "" {
+		scenarios += "," + auxScenarios
+	}
 	for _, name := range strings.Split(scenarios, ",") {
 		if strings.TrimSpace(name) == "" {
 			continue
@@ -206,7 +215,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		cmp, err := compare(ctx, sc, targets, *frontier, c.options(stderr))
+		// The frontier search is chat's; the aux routes are compared at
+		// their scenario's load only.
+		cmp, err := compare(ctx, sc, targets, *frontier && sc.Route == "", c.options(stderr))
 		if err != nil {
 			return err
 		}

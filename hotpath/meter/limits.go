@@ -546,3 +546,55 @@ func (l *Limits) Wait() { l.finishing.Wait() }
 // Weighted is the weighted-token count of tokens served under ch: what the
 // request drew from the token pools, 0 when it drew on none.
 func (ch *Charge) Weighted(tokens int64) int64 { return ch.weight * tokens }
+
+// FillAuxCharge fills ch for a request on an auxiliary tier (embeddings,
+// rerank, moderation): input tokens and output up to maxOutput at the
+// tier's prices against the key's spend caps and credit, and, unless
+// poolExempt, against the subscription pools at the tier's pool weight.
+// Auxiliary tiers are never request-capped. Moderation is pool-exempt: it
+// never answers budget_exhausted (spec: Specialised routes).
+func (l *Limits) FillAuxCharge(ch *Charge, p *hotpath.Principal, tier *hotpath.Tier, input, maxOutput int64, poolExempt bool) {
+	t := *tier
+	t.RequestCapped = false
+	if poolExempt {
+		t.PoolWeight = 0
+	}
+	l.FillCharge(ch, p, &t, input, maxOutput)
+	if poolExempt {
+		// Drop the pool budgets FillCharge added at weight 0.
+		n := 0
+		for i := 0; i < ch.N; i++ {
+			if k := ch.Budgets[i].Kind; k == BudgetPoolMonthly || k == BudgetPoolBurst {
+				continue
+			}
+			ch.Budgets[n], ch.Amounts[n] = ch.Budgets[i], ch.Amounts[i]
+			n++
+		}
+		ch.N, ch.poolIdx, ch.weight = n, [2]int8{-1, -1}, 0
+	}
+}
+
+// AdmitAux admits one auxiliary-route request: the key's and the
+// organization's request windows and the budgets in ch, in one step, with
+// no concurrency lease (the ceiling counts chat requests only). Settle it
+// with FinishChat.
+func (l *Limits) AdmitAux(ctx context.Context, now time.Time, p *hotpath.Principal, ch *Charge) (st RateState, metered bool, refusal *codec.Error) {
+	var ws [2]Window
+	var out [2]WindowState
+	a := Admission{Windows: l.windows(p, hotpath.RateRequests, &ws), WindowOut: out[:],
+		Budgets: ch.Budgets[:ch.N], Amounts: ch.Amounts[:ch.N]}
+	res, err := l.c.Admit(ctx, now, &a, &ch.Res)
+	if err != nil {
+		l.unmetered(err)
+		return RateState{}, false, nil
+	}
+	st = tighter(out[:len(a.Windows)])
+	switch res.Refused {
+	case AdmitWindow:
+		return st, true, l.windowRefusal(now, out[:len(a.Windows)], st)
+	case AdmitBudget:
+		return st, true, l.refusal(ctx, now, &ch.Budgets[res.Budget], p)
+	}
+	ch.lease, ch.admitted = Lease{}, true
+	return st, true, nil
+}

@@ -40,9 +40,10 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
-	tiktoken "github.com/pkoukk/tiktoken-go"
+	"github.com/dlclark/regexp2"
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 
 	"github.com/edgegw/gateway/codec"
@@ -74,21 +75,26 @@ type Tool struct {
 
 var (
 	loadOnce sync.Once
-	enc      *tiktoken.Tiktoken
+	enc      *bpe
 	primer   int // tokens of "<|im_start|>assistant\n"
 )
 
+// ranksFile names the encoding's merge ranks among the loader's embedded
+// files.
+const ranksFile = Encoding + ".tiktoken"
+
 // encoder returns the shared encoding, loading it on first use. The BPE
 // ranks are embedded, so loading cannot fail short of a corrupt build.
-func encoder() *tiktoken.Tiktoken {
+func encoder() *bpe {
 	loadOnce.Do(func() {
-		tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
-		e, err := tiktoken.GetEncoding(Encoding)
+		ranks, err := tiktokenloader.NewOfflineLoader().LoadTiktokenBpe(ranksFile)
 		if err != nil {
 			panic("tokens: cannot load " + Encoding + ": " + err.Error())
 		}
-		enc = e
-		primer = 1 + len(e.EncodeOrdinary("assistant\n"))
+		enc = &bpe{ranks: ranks, pat: regexp2.MustCompile(o200kPattern, regexp2.None)}
+		s := scratchPool.Get().(*scratch)
+		primer = 1 + enc.count("assistant\n", s)
+		scratchPool.Put(s)
 	})
 	return enc
 }
@@ -166,13 +172,19 @@ func isSpace(c byte) bool {
 }
 
 // countText adds the tokens of text to n, segment by segment, and stops as
-// soon as the sum passes limit.
-func countText(e *tiktoken.Tiktoken, n int, text string, limit int) int {
+// soon as the sum passes limit or stop is set (then the result is limit+1).
+func countText(e *bpe, n int, text string, limit int, stop *atomic.Bool) int {
+	s := scratchPool.Get().(*scratch)
 	for len(text) > 0 && n <= limit {
+		if stop != nil && stop.Load() {
+			n = limit + 1
+			break
+		}
 		k := cutAt(text)
-		n += len(e.EncodeOrdinary(text[:k]))
+		n += e.count(text[:k], s)
 		text = text[k:]
 	}
+	scratchPool.Put(s)
 	return n
 }
 
@@ -195,7 +207,7 @@ func CountLimit(text string, limit int) int {
 			return lower
 		}
 	}
-	return countText(encoder(), 0, text, limit)
+	return countText(encoder(), 0, text, limit, nil)
 }
 
 // CountChat returns the prompt tokens of msgs and tools under the chat
@@ -208,6 +220,14 @@ func CountChat(msgs []Message, tools []Tool) int {
 // way a context-window check needs it: the result is then some number above
 // limit. The work is linear in the prompt and stops with the count.
 func CountChatLimit(msgs []Message, tools []Tool, limit int) int {
+	return CountChatUntil(msgs, tools, limit, nil)
+}
+
+// CountChatUntil is CountChatLimit that also gives up once stop is set — the
+// client the count is for has left — and then returns some number above
+// limit. stop is read between segments, so giving up takes at most one
+// segment's work.
+func CountChatUntil(msgs []Message, tools []Tool, limit int, stop *atomic.Bool) int {
 	if limit < math.MaxInt {
 		// A prompt whose words alone outnumber the limit is over it
 		// without encoding anything.
@@ -224,7 +244,7 @@ func CountChatLimit(msgs []Message, tools []Tool, limit int) int {
 	var buf []byte
 	if len(tools) > 0 {
 		buf = appendTools(buf[:0], tools)
-		n = countText(e, n+perMessage, string(buf), limit)
+		n = countText(e, n+perMessage, string(buf), limit, stop)
 	}
 	for i := range msgs {
 		if n > limit {
@@ -233,7 +253,7 @@ func CountChatLimit(msgs []Message, tools []Tool, limit int) int {
 		m := &msgs[i]
 		if len(m.Content) <= maxSegment {
 			buf = appendMessage(buf[:0], m)
-			n = countText(e, n+perMessage, string(buf), limit)
+			n = countText(e, n+perMessage, string(buf), limit, stop)
 			continue
 		}
 		// A long content is counted where it lies, not copied: the role
@@ -243,11 +263,11 @@ func CountChatLimit(msgs []Message, tools []Tool, limit int) int {
 		head := *m
 		head.Content, head.ToolCalls = m.Content[:k], nil
 		buf = appendMessage(buf[:0], &head)
-		n = countText(e, n+perMessage, string(buf), limit)
-		n = countText(e, n, m.Content[k:], limit)
+		n = countText(e, n+perMessage, string(buf), limit, stop)
+		n = countText(e, n, m.Content[k:], limit, stop)
 		if len(m.ToolCalls) > 0 && n <= limit {
 			buf = appendMessage(buf[:0], &Message{ToolCalls: m.ToolCalls, Content: "x"})
-			n = countText(e, n, string(buf[2:]), limit) // the calls after the content, without "\nx"
+			n = countText(e, n, string(buf[2:]), limit, stop) // the calls after the content, without "\nx"
 		}
 	}
 	return n
@@ -320,29 +340,29 @@ func Split(text string) []string {
 	}
 	text = strings.ToValidUTF8(text, "\uFFFD")
 	e := encoder()
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
 	var pieces []string
-	one := make([]int, 1)
-	for len(text) > 0 {
-		k := cutAt(text)
-		seg := text[:k]
-		text = text[k:]
-		ids := e.EncodeOrdinary(seg)
-		start, end := 0, 0
-		for _, id := range ids {
-			one[0] = id
-			end += len(e.Decode(one))
-			if end > len(seg) {
-				end = len(seg)
+	from, at := 0, 0 // the pending token's start; the current piece's start
+	one := []int32{0}
+	for rest := text; len(rest) > 0; {
+		k := cutAt(rest)
+		e.segment(rest[:k], s, func(piece []byte) {
+			cuts := one
+			if _, ok := e.ranks[string(piece)]; !ok {
+				cuts = e.merge(piece, s)
 			}
-			if end < len(seg) && !utf8.RuneStart(seg[end]) {
-				continue // the next token completes this character
+			for _, c := range cuts[1:] {
+				if end := at + int(c); utf8.RuneStart(text[end]) {
+					pieces = append(pieces, text[from:end])
+					from = end
+				} // else the next token completes this character
 			}
-			pieces = append(pieces, seg[start:end])
-			start = end
-		}
-		if start < len(seg) {
-			pieces = append(pieces, seg[start:])
-		}
+			at += len(piece)
+			pieces = append(pieces, text[from:at])
+			from = at
+		})
+		rest = rest[k:]
 	}
 	return pieces
 }

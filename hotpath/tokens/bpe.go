@@ -1,0 +1,196 @@
+package tokens
+
+import (
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2"
+)
+
+// o200kPattern is the o200k_base pre-tokenizer: text is cut into the pieces
+// it matches, and each piece is byte-pair encoded on its own.
+var o200kPattern = strings.Join([]string{
+	`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
+	`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
+	`\p{N}{1,3}`,
+	` ?[^\s\p{L}\p{N}]+[\r\n/]*`,
+	`\s*[\r\n]+`,
+	`\s+(?!\S)`,
+	`\s+`,
+}, "|")
+
+// bpe encodes with the merge ranks of an encoding. Its merge is
+// O(n log n) in the length of a piece: the textbook loop that rescans every
+// pair after each merge is quadratic, and one unbroken run of MaxRun bytes
+// then costs a millisecond.
+type bpe struct {
+	ranks map[string]int
+	pat   *regexp2.Regexp
+	// lookup, when set, is called on every rank lookup of a merge: the
+	// tests' operation count.
+	lookup func()
+}
+
+// scratch is one encoding's working memory, reused across calls.
+type scratch struct {
+	runes []rune
+	piece []byte
+	start []int32 // start[i]: where part i begins; start[n] = n
+	next  []int32
+	prev  []int32
+	heap  []pair
+	cuts  []int32 // the merge's result: where each final part begins
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// pair is a candidate merge of part i with the part after it, which would
+// cover piece[i:end] and has rank rank.
+type pair struct {
+	rank int32
+	i    int32
+	end  int32
+}
+
+// less orders candidates as the reference merge picks them: the lowest
+// rank first, the leftmost of equal ranks.
+func (p pair) less(q pair) bool {
+	return p.rank < q.rank || p.rank == q.rank && p.i < q.i
+}
+
+// segment calls fn with each pre-tokenized piece of text, as UTF-8 bytes
+// (invalid input read as U+FFFD, as the reference encoder reads it). The
+// bytes are valid only during the call.
+func (b *bpe) segment(text string, s *scratch, fn func(piece []byte)) {
+	s.runes = s.runes[:0]
+	for _, r := range text {
+		s.runes = append(s.runes, r)
+	}
+	m, _ := b.pat.FindRunesMatch(s.runes)
+	for m != nil {
+		s.piece = s.piece[:0]
+		for _, r := range s.runes[m.Index : m.Index+m.Length] {
+			s.piece = utf8.AppendRune(s.piece, r)
+		}
+		fn(s.piece)
+		m, _ = b.pat.FindNextMatch(m)
+	}
+}
+
+// count returns the number of tokens of text.
+func (b *bpe) count(text string, s *scratch) int {
+	n := 0
+	b.segment(text, s, func(piece []byte) {
+		if _, ok := b.ranks[string(piece)]; ok {
+			n++
+			return
+		}
+		n += len(b.merge(piece, s))
+	})
+	return n
+}
+
+// rank returns the rank of piece[a:c], or -1 when it is not a token.
+func (b *bpe) rank(piece []byte, a, c int32) int32 {
+	if b.lookup != nil {
+		b.lookup()
+	}
+	if r, ok := b.ranks[string(piece[a:c])]; ok {
+		return int32(r)
+	}
+	return -1
+}
+
+// merge byte-pair encodes piece and returns where each of its tokens
+// begins (in s.cuts). It gives exactly the reference merge's tokens: at each
+// step the pair of adjacent parts with the lowest rank is merged, the
+// leftmost of equal ranks; a heap holds the candidates, and a candidate made
+// stale by a neighbouring merge is dropped when it surfaces.
+func (b *bpe) merge(piece []byte, s *scratch) []int32 {
+	n := int32(len(piece))
+	s.start, s.next, s.prev = grow(s.start, n+1), grow(s.next, n+1), grow(s.prev, n+1)
+	for i := int32(0); i <= n; i++ {
+		s.start[i], s.next[i], s.prev[i] = i, i+1, i-1
+	}
+	s.heap = s.heap[:0]
+	for i := int32(0); i+2 <= n; i++ {
+		if r := b.rank(piece, i, i+2); r >= 0 {
+			s.push(pair{rank: r, i: i, end: i + 2})
+		}
+	}
+	for len(s.heap) > 0 {
+		p := s.pop()
+		j := s.next[p.i]
+		if j >= n || s.start[p.i] != p.i || s.next[j] != p.end {
+			continue // part i or its neighbour changed since p was pushed
+		}
+		// Merge j into i.
+		k := s.next[j]
+		s.next[p.i] = k
+		s.prev[k] = p.i
+		s.start[j] = -1
+		if k < n {
+			if r := b.rank(piece, p.i, s.next[k]); r >= 0 {
+				s.push(pair{rank: r, i: p.i, end: s.next[k]})
+			}
+		}
+		if h := s.prev[p.i]; h >= 0 {
+			if r := b.rank(piece, h, k); r >= 0 {
+				s.push(pair{rank: r, i: h, end: k})
+			}
+		}
+	}
+	s.cuts = s.cuts[:0]
+	for i := int32(0); i < n; i = s.next[i] {
+		s.cuts = append(s.cuts, i)
+	}
+	return s.cuts
+}
+
+func grow(b []int32, n int32) []int32 {
+	if int32(cap(b)) < n {
+		return make([]int32, n)
+	}
+	return b[:n]
+}
+
+func (s *scratch) push(p pair) {
+	h := append(s.heap, p)
+	i := len(h) - 1
+	for i > 0 {
+		up := (i - 1) / 2
+		if !h[i].less(h[up]) {
+			break
+		}
+		h[i], h[up] = h[up], h[i]
+		i = up
+	}
+	s.heap = h
+}
+
+func (s *scratch) pop() pair {
+	h := s.heap
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r].less(h[l]) {
+			m = r
+		}
+		if !h[m].less(h[i]) {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	s.heap = h
+	return top
+}

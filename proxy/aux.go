@@ -1,0 +1,635 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/bytedance/sonic"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgegw/gateway/codec"
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
+	"github.com/edgegw/gateway/hotpath/tokens"
+)
+
+// AuxConfig binds the auxiliary tiers (embeddings, rerank, the guard) to
+// their upstreams. Their routes go through chat's machinery: the same edge,
+// admission, retries, breaker, deadline, error mapping and ledger row.
+type AuxConfig struct {
+	// Embed, Rerank and Guard are the tiers' upstreams, each bound to its
+	// hotpath.Tier (DefaultAuxTiers). A nil upstream leaves its routes out.
+	Embed, Rerank, Guard *Upstream
+	// RerankShape is the rerank upstream's wire: "cohere" (Cohere, Jina
+	// and the simulator: {model, query, documents} answered
+	// {results:[{index, relevance_score}]}) or "tei" (Hugging Face
+	// text-embeddings-inference: {query, texts} answered
+	// [{index, score}]). Default "cohere".
+	RerankShape string
+	// GuardConcurrency bounds the guard calls one moderation request has
+	// in flight at once. Default 8.
+	GuardConcurrency int
+}
+
+// Validate checks the shape and fills in defaults.
+func (c *AuxConfig) Validate() error {
+	switch c.RerankShape {
+	case "":
+		c.RerankShape = RerankCohere
+	case RerankCohere, RerankTEI:
+	default:
+		return fmt.Errorf("rerank_shape: %q is not cohere or tei", c.RerankShape)
+	}
+	if c.GuardConcurrency == 0 {
+		c.GuardConcurrency = 8
+	}
+	if c.GuardConcurrency < 0 {
+		return fmt.Errorf("guard_concurrency: must not be negative")
+	}
+	return nil
+}
+
+// The rerank wires.
+const (
+	RerankCohere = "cohere"
+	RerankTEI    = "tei"
+)
+
+// Bounds of the specialised routes (spec: Limits).
+const (
+	auxMaxInputs = 512
+	auxMaxBody   = 64 << 10
+)
+
+var (
+	errAuxBody = &codec.Error{Code: codec.CodeInvalidRequest,
+		Message: "The request body is over 65536 bytes, the bound of this route.", Detail: codec.Detail{Bound: "body_bytes"}}
+	errAuxInputs = &codec.Error{Code: codec.CodeInvalidRequest,
+		Message: "input: at most 512 inputs per request.", Detail: codec.Detail{Bound: "inputs"}}
+	errAuxDocuments = &codec.Error{Code: codec.CodeInvalidRequest,
+		Message: "documents: at most 512 documents per request.", Detail: codec.Detail{Bound: "inputs"}}
+	errAuxInput     = invalidRequest("input: required, a string or a non-empty array of strings.")
+	errAuxQuery     = invalidRequest("query: required, a non-empty string.")
+	errAuxDocs      = invalidRequest("documents: required, a non-empty array of strings.")
+	errAuxEncoding  = invalidRequest("encoding_format: must be float or base64.")
+	errAuxDimension = invalidRequest("dimensions: must be a positive integer.")
+)
+
+// auxRoute is one specialised route.
+type auxRoute uint8
+
+const (
+	auxEmbed auxRoute = iota
+	auxRerank
+	auxModerate
+)
+
+func (r auxRoute) tier() string {
+	switch r {
+	case auxEmbed:
+		return hotpath.TierEmbed
+	case auxRerank:
+		return hotpath.TierRerank
+	}
+	return hotpath.TierGuard
+}
+
+// errAuxModel is the refusal of a model other than the route's own tier.
+var errAuxModel = [3]*codec.Error{
+	invalidRequest("model: must be " + hotpath.TierEmbed + " on this route."),
+	invalidRequest("model: must be " + hotpath.TierRerank + " on this route."),
+	invalidRequest("model: must be " + hotpath.TierGuard + " on this route."),
+}
+
+func (ch *Chat) auxUpstream(r auxRoute) *Upstream {
+	switch r {
+	case auxEmbed:
+		return ch.cfg.Aux.Embed
+	case auxRerank:
+		return ch.cfg.Aux.Rerank
+	}
+	return ch.cfg.Aux.Guard
+}
+
+// auxUps returns the bound auxiliary upstreams.
+func (ch *Chat) auxUps() []*Upstream {
+	var out []*Upstream
+	for _, up := range []*Upstream{ch.cfg.Aux.Embed, ch.cfg.Aux.Rerank, ch.cfg.Aux.Guard} {
+		if up != nil {
+			out = append(out, up)
+		}
+	}
+	return out
+}
+
+// registerAux adds the specialised routes whose tiers are bound.
+func (ch *Chat) registerAux(rt *Router) {
+	a := hotpath.Access{Auth: hotpath.AuthUser, Billable: true, Rate: hotpath.RateByHandler}
+	route := func(r auxRoute, openai bool) func(*fasthttp.RequestCtx, *hotpath.Call) error {
+		return func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error { return ch.serveAux(ctx, c, r, openai) }
+	}
+	if ch.cfg.Aux.Embed != nil {
+		a.Family, a.Name = hotpath.FamilyEmbeddings, "embeddings"
+		rt.Handle(fasthttp.MethodPost, "/api/v1/embeddings", a, route(auxEmbed, false))
+		a.Name = "embeddings_openai"
+		rt.HandleOnly(fasthttp.MethodPost, "/v1/embeddings", a, route(auxEmbed, true))
+	}
+	if ch.cfg.Aux.Rerank != nil {
+		a.Family, a.Name = hotpath.FamilyRerank, "rerank"
+		rt.Handle(fasthttp.MethodPost, "/api/v1/rerank", a, route(auxRerank, false))
+	}
+	if ch.cfg.Aux.Guard != nil {
+		a.Family, a.Name = hotpath.FamilyModeration, "moderations"
+		rt.Handle(fasthttp.MethodPost, "/api/v1/moderations", a, route(auxModerate, false))
+		a.Name = "moderations_openai"
+		rt.HandleOnly(fasthttp.MethodPost, "/v1/moderations", a, route(auxModerate, true))
+	}
+}
+
+// auxRequest is the union of the three routes' request bodies. Fields a
+// route does not read are ignored, as OpenAI clients send extras (user).
+type auxRequest struct {
+	Model          string          `json:"model"`
+	Input          json.RawMessage `json:"input"`
+	EncodingFormat *string         `json:"encoding_format"`
+	Dimensions     *int64          `json:"dimensions"`
+	Query          *string         `json:"query"`
+	Documents      json.RawMessage `json:"documents"`
+	TopN           *int64          `json:"top_n"`
+}
+
+// auxCall is one specialised request's state.
+type auxCall struct {
+	ch     *Chat
+	up     *Upstream
+	route  auxRoute
+	openai bool
+	req    auxRequest
+	inputs []string
+	topN   int
+	rid    []byte
+
+	charge    meter.Charge
+	rateShown bool
+	billed    bool
+	in, out   int64
+	costPico  int64
+}
+
+// serveAux serves one embeddings, rerank or moderation request: validate
+// (bounds first), check the tier's breaker, admit against the request
+// windows and budgets, call the upstream with chat's retries and error
+// mapping, answer, and fill the ledger row the edge records.
+func (ch *Chat) serveAux(ctx *fasthttp.RequestCtx, c *hotpath.Call, r auxRoute, openai bool) (err error) {
+	a := &auxCall{ch: ch, up: ch.auxUpstream(r), route: r, openai: openai, rid: c.ID()}
+	defer func() {
+		if err != nil && !a.rateShown {
+			ch.peekRate(ctx, c, err)
+		}
+		a.account(&c.Usage)
+		if l := ch.cfg.Limits; l != nil {
+			l.FinishChat(&a.charge, a.billed, a.costPico, a.in+a.out)
+		}
+	}()
+	if cerr := a.validate(ctx.PostBody()); cerr != nil {
+		return cerr
+	}
+	if !a.up.Breaker.Allow() {
+		return unavailableFor(a.up.Breaker.RetryAfter())
+	}
+	if cerr := a.admit(ctx, c); cerr != nil {
+		return cerr
+	}
+	switch r {
+	case auxEmbed:
+		return a.embed(ctx)
+	case auxRerank:
+		return a.rerank(ctx)
+	}
+	return a.moderate(ctx)
+}
+
+func (a *auxCall) account(u *hotpath.UsageRecord) {
+	u.Tier = a.up.Tier.Name
+	u.Billed = a.billed
+	if a.billed {
+		u.InputTokens, u.OutputTokens, u.CostPico = a.in, a.out, a.costPico
+		u.WeightedTokens = a.charge.Weighted(a.in + a.out)
+	}
+}
+
+// validate checks the body against the route's rules, bounds first, so
+// that nothing is decoded past them.
+func (a *auxCall) validate(body []byte) *codec.Error {
+	if len(body) > auxMaxBody {
+		return errAuxBody
+	}
+	if len(body) == 0 {
+		return errEmptyBody
+	}
+	if cerr := codec.DecodeRequest(body, &a.req); cerr != nil {
+		return cerr
+	}
+	if a.req.Model != a.route.tier() {
+		return errAuxModel[a.route]
+	}
+	switch a.route {
+	case auxRerank:
+		if a.req.Query == nil || *a.req.Query == "" {
+			return errAuxQuery
+		}
+		docs, cerr := stringList(a.req.Documents, "documents", errAuxDocs, errAuxDocuments)
+		if cerr != nil {
+			return cerr
+		}
+		a.inputs, a.topN = docs, len(docs)
+		if n := a.req.TopN; n != nil {
+			if *n < 1 || *n > int64(len(docs)) {
+				return invalidRequest("top_n: must be from 1 to the number of documents (" + strconv.Itoa(len(docs)) + ").")
+			}
+			a.topN = int(*n)
+		}
+		return nil
+	case auxEmbed:
+		if f := a.req.EncodingFormat; f != nil && *f != "float" && *f != "base64" {
+			return errAuxEncoding
+		}
+		if d := a.req.Dimensions; d != nil && *d < 1 {
+			return errAuxDimension
+		}
+	}
+	in, cerr := stringList(a.req.Input, "input", errAuxInput, errAuxInputs)
+	if cerr != nil {
+		return cerr
+	}
+	a.inputs = in
+	if a.route == auxEmbed {
+		for i, s := range in {
+			if s == "" {
+				return invalidRequest("input[" + strconv.Itoa(i) + "]: must not be empty.")
+			}
+		}
+	}
+	// One input must fit the tier's window. Every token is at least a
+	// byte, so only an input longer than the window in bytes is counted.
+	w := a.up.Tier.ContextWindow
+	for i, s := range in {
+		if len(s) > w && tokens.CountLimit(s, w) > w {
+			return &codec.Error{Code: codec.CodeContextOverflow,
+				Message: "input[" + strconv.Itoa(i) + "]: over the " + strconv.Itoa(w) + "-token window of " + a.up.Tier.Name + "."}
+		}
+	}
+	return nil
+}
+
+// stringList reads a string or an array of 1 to auxMaxInputs strings.
+func stringList(raw json.RawMessage, field string, missing, tooMany *codec.Error) ([]string, *codec.Error) {
+	raw = trimJSONSpace(raw)
+	if len(raw) == 0 || isJSONNull(raw) {
+		return nil, missing
+	}
+	if raw[0] == '"' {
+		if field == "documents" {
+			return nil, missing
+		}
+		var s string
+		if err := sonic.Unmarshal(raw, &s); err != nil {
+			return nil, missing
+		}
+		return []string{s}, nil
+	}
+	if raw[0] != '[' {
+		return nil, missing
+	}
+	var items []json.RawMessage
+	if err := sonic.Unmarshal(raw, &items); err != nil {
+		return nil, missing
+	}
+	if len(items) == 0 {
+		return nil, missing
+	}
+	if len(items) > auxMaxInputs {
+		return nil, tooMany
+	}
+	out := make([]string, len(items))
+	for i, it := range items {
+		it = trimJSONSpace(it)
+		if len(it) == 0 || it[0] != '"' || sonic.Unmarshal(it, &out[i]) != nil {
+			return nil, invalidRequest(field + "[" + strconv.Itoa(i) + "]: must be a string.")
+		}
+	}
+	return out, nil
+}
+
+// admit counts the request in the key's windows and reserves its largest
+// cost: its text in bytes (at least its tokens) at the tier's prices, and
+// for the guard the verdict tokens of every input.
+func (a *auxCall) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
+	l := a.ch.cfg.Limits
+	if l == nil {
+		return nil
+	}
+	var in, out int64
+	for _, s := range a.inputs {
+		in += int64(len(s)) + 8
+	}
+	if a.route == auxRerank {
+		in += int64(len(*a.req.Query))
+	}
+	if a.route == auxModerate {
+		out = int64(a.up.Tier.MaxOutput) * int64(len(a.inputs))
+	}
+	l.FillAuxCharge(&a.charge, c.User, a.up.Tier, in, out, a.route == auxModerate)
+	st, metered, refusal := l.AdmitAux(context.Background(), c.Start, c.User, &a.charge)
+	a.rateShown = true
+	if metered {
+		setRateHeaders(ctx, st)
+	}
+	return refusal
+}
+
+// bill settles the request at the tier's prices.
+func (a *auxCall) bill(in, out int64) {
+	a.in, a.out, a.billed = in, out, true
+	a.costPico = meter.Cost(&a.up.Tier.Prices, in, 0, out)
+}
+
+// appendGW appends the gw block of the embeddings and rerank answers:
+// the request id and the cost.
+func (a *auxCall) appendGW(dst []byte) []byte {
+	p := &a.up.Tier.Prices
+	b := codec.Bill{Tier: a.up.Tier.Name, InputTokens: a.in, OutputTokens: a.out, InputPerM: p.InputPerM,
+		OutputPerM: p.OutputPerM, CacheReadPerM: p.CacheReadPerM, AmountPico: a.costPico}
+	dst = append(dst, `,"gw":{"request_id":`...)
+	dst = codec.AppendJSONBytes(dst, a.rid)
+	dst = append(dst, `,"cost":`...)
+	dst = codec.AppendCost(dst, &b)
+	return append(dst, '}')
+}
+
+// exchange makes one upstream call with chat's retries, breaker and
+// deadline (turn.exchange), reporting success to the breaker only once
+// the caller has read the answer (a.judge).
+func (a *auxCall) exchange(req *fasthttp.Request, resp *fasthttp.Response) *codec.Error {
+	t := acquireTurn()
+	t.ch, t.up = a.ch, a.up
+	t.requestID = append(t.requestID, a.rid...)
+	cerr := t.exchange(a.up.plain, req, resp, time.Now().Add(a.up.Tier.Deadline), false)
+	releaseTurn(t)
+	return cerr
+}
+
+// unreadable answers an upstream reply the gateway cannot read: a
+// failure of the tier like a 5xx, answered 503 upstream_overloaded.
+func (a *auxCall) unreadable(req *fasthttp.Request) *codec.Error {
+	a.up.Breaker.FailureOf(requestKey(req))
+	return overloadedFor(a.up.Breaker.RetryAfter())
+}
+
+func (a *auxCall) newRequest(body []byte) *fasthttp.Request {
+	r := fasthttp.AcquireRequest()
+	r.SetRequestURI(a.up.url)
+	r.Header.SetMethod(fasthttp.MethodPost)
+	r.Header.SetContentType("application/json")
+	if a.up.auth != "" {
+		r.Header.Set("Authorization", a.up.auth)
+	}
+	r.SetBodyRaw(body)
+	return r
+}
+
+// writeAux answers body, which the request built for itself and never
+// reuses: it is handed to the response without a copy.
+func writeAux(ctx *fasthttp.RequestCtx, body []byte) error {
+	ctx.SetContentType("application/json")
+	ctx.Response.SetBodyRaw(body)
+	return nil
+}
+
+// --- embeddings
+
+type upstreamEmbedRequest struct {
+	Model          string   `json:"model"`
+	Input          []string `json:"input"`
+	EncodingFormat string   `json:"encoding_format,omitempty"`
+	Dimensions     int64    `json:"dimensions,omitempty"`
+}
+
+// upstreamEmbeddings is the upstream's answer, decoded from a view of its
+// body: each vector is a span of the body, never copied until it is
+// written out (the body outlives the decoded value).
+type upstreamEmbeddings struct {
+	Data []struct {
+		Index     *int                   `json:"index"`
+		Embedding sonic.NoCopyRawMessage `json:"embedding"`
+	} `json:"data"`
+	Usage *struct {
+		PromptTokens int64 `json:"prompt_tokens"`
+	} `json:"usage"`
+}
+
+func (a *auxCall) embed(ctx *fasthttp.RequestCtx) error {
+	ur := upstreamEmbedRequest{Model: a.up.cfg.Model, Input: a.inputs}
+	if f := a.req.EncodingFormat; f != nil {
+		ur.EncodingFormat = *f
+	}
+	if d := a.req.Dimensions; d != nil {
+		ur.Dimensions = *d
+	}
+	body, err := sonic.Marshal(&ur)
+	if err != nil {
+		return fmt.Errorf("cannot encode upstream embeddings request: %w", err)
+	}
+	req := a.newRequest(body)
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	if cerr := a.exchange(req, resp); cerr != nil {
+		return cerr
+	}
+	var e upstreamEmbeddings
+	base64 := ur.EncodingFormat == "base64"
+	if sonic.UnmarshalString(codec.BytesView(resp.Body()), &e) != nil || len(e.Data) != len(a.inputs) {
+		return a.unreadable(req)
+	}
+	// In input order, every index exactly once, each vector of the
+	// requested encoding.
+	order := make([]int, len(a.inputs))
+	for i := range order {
+		order[i] = -1
+	}
+	for i, d := range e.Data {
+		v := trimJSONSpace(d.Embedding)
+		if d.Index == nil || *d.Index < 0 || *d.Index >= len(order) || order[*d.Index] >= 0 || len(v) == 0 ||
+			base64 && v[0] != '"' || !base64 && v[0] != '[' {
+			return a.unreadable(req)
+		}
+		order[*d.Index] = i
+	}
+	a.up.Breaker.Success()
+	var in int64
+	if e.Usage != nil && e.Usage.PromptTokens > 0 {
+		in = e.Usage.PromptTokens
+	} else {
+		for _, s := range a.inputs {
+			in += int64(tokens.Count(s))
+		}
+	}
+	a.bill(in, 0)
+
+	out := make([]byte, 0, len(resp.Body())+256)
+	out = append(out, `{"object":"list","model":`...)
+	out = codec.AppendJSONString(out, a.up.Tier.Name)
+	out = append(out, `,"data":[`...)
+	for i, j := range order {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"object":"embedding","index":`...)
+		out = strconv.AppendInt(out, int64(i), 10)
+		out = append(out, `,"embedding":`...)
+		out = append(out, trimJSONSpace(e.Data[j].Embedding)...)
+		out = append(out, '}')
+	}
+	out = append(out, `],"usage":{"prompt_tokens":`...)
+	out = strconv.AppendInt(out, in, 10)
+	out = append(out, `,"total_tokens":`...)
+	out = strconv.AppendInt(out, in, 10)
+	out = append(out, '}')
+	if !a.openai {
+		out = a.appendGW(out)
+	}
+	out = append(out, '}')
+	return writeAux(ctx, out)
+}
+
+// --- rerank
+
+type upstreamRerankCohere struct {
+	Model     string   `json:"model"`
+	Query     string   `json:"query"`
+	Documents []string `json:"documents"`
+}
+
+type upstreamRerankTEI struct {
+	Query      string   `json:"query"`
+	Texts      []string `json:"texts"`
+	RawScores  bool     `json:"raw_scores"`
+	ReturnText bool     `json:"return_text"`
+}
+
+type rerankScore struct {
+	Index          *int     `json:"index"`
+	RelevanceScore *float64 `json:"relevance_score"`
+	Score          *float64 `json:"score"`
+}
+
+type upstreamRerankResults struct {
+	Results []rerankScore `json:"results"`
+	Usage   *struct {
+		TotalTokens int64 `json:"total_tokens"`
+	} `json:"usage"`
+}
+
+type rankedDoc struct {
+	index int
+	score float64
+}
+
+func (a *auxCall) rerank(ctx *fasthttp.RequestCtx) error {
+	tei := a.ch.cfg.Aux.RerankShape == RerankTEI
+	var body []byte
+	var err error
+	// Every document is scored upstream and the cut to top_n is made
+	// here, so that ties at the cut fall by index whatever the upstream
+	// does with them.
+	if tei {
+		body, err = sonic.Marshal(&upstreamRerankTEI{Query: *a.req.Query, Texts: a.inputs})
+	} else {
+		body, err = sonic.Marshal(&upstreamRerankCohere{Model: a.up.cfg.Model, Query: *a.req.Query, Documents: a.inputs})
+	}
+	if err != nil {
+		return fmt.Errorf("cannot encode upstream rerank request: %w", err)
+	}
+	req := a.newRequest(body)
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	if cerr := a.exchange(req, resp); cerr != nil {
+		return cerr
+	}
+	var scores []rerankScore
+	var usage int64
+	if tei {
+		if sonic.Unmarshal(resp.Body(), &scores) != nil {
+			return a.unreadable(req)
+		}
+	} else {
+		var r upstreamRerankResults
+		if sonic.Unmarshal(resp.Body(), &r) != nil {
+			return a.unreadable(req)
+		}
+		scores = r.Results
+		if r.Usage != nil {
+			usage = r.Usage.TotalTokens
+		}
+	}
+	if len(scores) != len(a.inputs) {
+		return a.unreadable(req)
+	}
+	seen := make([]bool, len(a.inputs))
+	ranked := make([]rankedDoc, len(scores))
+	for i, s := range scores {
+		score := s.RelevanceScore
+		if tei {
+			score = s.Score
+		}
+		if s.Index == nil || *s.Index < 0 || *s.Index >= len(seen) || seen[*s.Index] || score == nil {
+			return a.unreadable(req)
+		}
+		seen[*s.Index] = true
+		ranked[i] = rankedDoc{index: *s.Index, score: *score}
+	}
+	a.up.Breaker.Success()
+	slices.SortFunc(ranked, func(x, y rankedDoc) int {
+		switch {
+		case x.score > y.score:
+			return -1
+		case x.score < y.score:
+			return 1
+		}
+		return x.index - y.index
+	})
+	if usage <= 0 {
+		usage = int64(tokens.Count(*a.req.Query))
+		for _, d := range a.inputs {
+			usage += int64(tokens.Count(d))
+		}
+	}
+	a.bill(usage, 0)
+
+	out := make([]byte, 0, 128+a.topN*48)
+	out = append(out, `{"model":`...)
+	out = codec.AppendJSONString(out, a.up.Tier.Name)
+	out = append(out, `,"results":[`...)
+	for i, r := range ranked[:a.topN] {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"index":`...)
+		out = strconv.AppendInt(out, int64(r.index), 10)
+		out = append(out, `,"relevance_score":`...)
+		out = strconv.AppendFloat(out, r.score, 'g', -1, 64)
+		out = append(out, '}')
+	}
+	out = append(out, `],"usage":{"total_tokens":`...)
+	out = strconv.AppendInt(out, usage, 10)
+	out = append(out, '}')
+	out = a.appendGW(out)
+	out = append(out, '}')
+	return writeAux(ctx, out)
+}
