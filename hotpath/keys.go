@@ -139,7 +139,16 @@ func cacheKey(h TokenHash) uint64 { return binary.LittleEndian.Uint64(h[:8]) }
 // codec.ErrAccountSuspended.
 func (v *Verifier) VerifyUser(authorization []byte) (*Principal, *codec.Error) {
 	token, ok := codec.ParseBearer(authorization)
-	if !ok || CheckToken(token) != TokenUser {
+	if !ok {
+		return nil, codec.ErrUnauthorized
+	}
+	return v.VerifyUserToken(token)
+}
+
+// VerifyUserToken is VerifyUser for a bare key, as the Anthropic-compatible
+// routes take it in x-api-key.
+func (v *Verifier) VerifyUserToken(token []byte) (*Principal, *codec.Error) {
+	if CheckToken(token) != TokenUser {
 		return nil, codec.ErrUnauthorized
 	}
 	e, cerr := v.entry(HashToken(token), TokenUser)

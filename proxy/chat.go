@@ -230,12 +230,29 @@ func (ch *Chat) Register(rt *Router) {
 	rt.Handle(fasthttp.MethodPost, "/api/v1/tokens/count", hotpath.Access{Name: "tokens_count", Auth: hotpath.AuthUser,
 		Family: hotpath.FamilyTokens, Rate: hotpath.RateTokenCount, Unlogged: true}, ch.countTokens)
 	ch.registerAux(rt)
+	a.Name = chatAnthropic.routeName()
+	rt.HandleOnly(fasthttp.MethodPost, "/v1/messages", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+		return ch.serve(ctx, c, chatAnthropic)
+	})
+	a.Name = chatResponses.routeName()
+	rt.HandleOnly(fasthttp.MethodPost, "/v1/responses", a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+		return ch.serve(ctx, c, chatResponses)
+	})
+	// Anthropic's count is the gateway's token count for a Messages body:
+	// the same scope, window and rules; it bills nothing and writes no
+	// ledger row.
+	count := hotpath.Access{Auth: hotpath.AuthUser, Family: hotpath.FamilyTokens, Rate: hotpath.RateTokenCount,
+		Name: "messages_count_tokens", Unlogged: true}
+	rt.HandleOnly(fasthttp.MethodPost, "/v1/messages/count_tokens", count, ch.countMessageTokens)
 }
 
 // envelope is the error envelope the route answers in.
 func (w chatWire) envelope() Envelope {
-	if w == chatOpenAI {
+	switch w {
+	case chatOpenAI, chatResponses:
 		return EnvelopeOpenAI
+	case chatAnthropic:
+		return EnvelopeAnthropic
 	}
 	return EnvelopeAPI
 }
@@ -247,9 +264,30 @@ func (w chatWire) routeName() string {
 		return "chat_v1"
 	case chatV2:
 		return "chat_v2"
+	case chatAnthropic:
+		return "messages_anthropic"
+	case chatResponses:
+		return "responses_openai"
 	}
 	return "chat_openai"
 }
+
+// idPrefix starts the ids of the wire's completions, as its API spells
+// them.
+func (w chatWire) idPrefix() string {
+	switch w {
+	case chatAnthropic:
+		return "msg_"
+	case chatResponses:
+		return "resp_"
+	}
+	return "chatcmpl-"
+}
+
+// replays reports whether the wire honours Idempotency-Key: the
+// OpenAI-compatible and Anthropic-compatible routes do, for requests that
+// do not stream.
+func (w chatWire) replays() bool { return w == chatOpenAI || w == chatAnthropic || w == chatResponses }
 
 // turn is one chat request's state. It outlives the fasthttp handler when
 // it streams, so everything it keeps is its own copy.
@@ -310,6 +348,25 @@ type turn struct {
 	estimated bool
 	// hcall is a stream's Call, which it ends when the stream does.
 	hcall *hotpath.Call
+	// thinking says an Anthropic request asked to see thinking blocks.
+	thinking bool
+	// anthropic is the request as the Anthropic wire sent it, before it
+	// became req.
+	anthropic codec.MessagesRequest
+	// blocks is an Anthropic stream's content block state.
+	blocks blockState
+	// queue holds tool calls that wait for the open block (or item) to
+	// close; rtool is the upstream index of a Responses stream's open call.
+	queue toolQueue
+	rtool int64
+	// responses is the request as the Responses wire sent it; rout,
+	// rhead and seq are its response's output, head and next event's
+	// sequence number; reasoningTokens is the upstream's count.
+	responses       codec.ResponsesRequest
+	rout            codec.ResponseOutput
+	rhead           codec.ResponseHead
+	seq             int64
+	reasoningTokens int64
 	// cw is the client's writer while the stream pumps; gone says a
 	// write to it failed.
 	cw   *clientWriter
@@ -353,7 +410,17 @@ func releaseTurn(t *turn) {
 	if cap(ahead) > 64<<10 {
 		ahead = nil
 	}
-	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid, ahead: ahead}
+	rout := t.rout
+	rout.Reset()
+	if cap(rout.Buf) > 256<<10 || cap(rout.Items) > 1024 {
+		rout = codec.ResponseOutput{}
+	}
+	queue := t.queue
+	queue.reset()
+	if cap(queue.buf) > 256<<10 || cap(queue.lit) > 256<<10 {
+		queue = toolQueue{}
+	}
+	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid, ahead: ahead, rout: rout, queue: queue}
 	turnPool.Put(t)
 }
 
@@ -508,7 +575,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if len(body) == 0 {
 		return false, errEmptyBody
 	}
-	if cerr := codec.DecodeRequest(body, &t.req); cerr != nil {
+	if cerr := t.decode(body); cerr != nil {
 		return false, cerr
 	}
 	if t.result != nil && t.req.Stream {
@@ -573,7 +640,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	}
 
 	var claim hotpath.Claim
-	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire == chatOpenAI && !t.req.Stream && t.ch.cfg.Idempotency != nil {
+	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire.replays() && !t.req.Stream && t.ch.cfg.Idempotency != nil {
 		if len(key) > maxIdempotencyKey {
 			return false, errIdempotencyKeyTooLong
 		}
@@ -649,7 +716,7 @@ func abandon(claim hotpath.Claim) {
 }
 
 func (t *turn) newCompletionID() []byte {
-	b := append(t.idBuf[:0], "chatcmpl-"...)
+	b := append(t.idBuf[:0], t.wire.idPrefix()...)
 	var raw [36]byte
 	id := hotpath.AppendRequestID(raw[:0])
 	for _, c := range id {
@@ -879,7 +946,8 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	}
 	t.up.Breaker.Success()
 	t.answer = codec.Answer{Content: c.Content, ToolCalls: c.ToolCalls, Finish: finishReason(c.FinishReason, c.ToolCalls != nil)}
-	if t.wire == chatV2 && t.reasons() {
+	t.reasoningTokens = c.Usage.ReasoningTokens
+	if (t.wire == chatV2 || t.wire == chatAnthropic && t.thinking) && t.reasons() {
 		t.answer.Reasoning = c.Reasoning
 	}
 	t.settleBill(&c.Usage, c.HasUsage, c.Content, c.Reasoning)
@@ -909,6 +977,10 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		if t.mem != nil {
 			t.out = codec.SpliceFields(t.out, 0, append(t.memoryFields(), captured...))
 		}
+	case chatAnthropic:
+		t.out = codec.AppendAnthropicMessage(t.out, &t.head, &t.answer, t.thinking, &t.bill)
+	case chatResponses:
+		t.out = t.appendResponse(t.out)
 	default:
 		t.out = codec.AppendOpenAICompletion(t.out, &t.head, &t.answer, &t.bill)
 	}

@@ -58,6 +58,7 @@ type fixtureOptions struct {
 	tcp         bool // serve on a loopback TCP listener, not in memory
 	keepAlive   time.Duration
 	clientConn  func(net.Conn) net.Conn // wraps each accepted client connection
+	routes      func(*Router)           // registers routes beside chat
 	aux         bool                    // bind the auxiliary tiers too
 	chat        func(*ChatConfig)       // adjusts the chat configuration
 	memory      *MemoryConfig
@@ -158,6 +159,9 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	f.edge = NewEdge(EdgeConfig{Verifier: v, Log: log, Metrics: f.set, Limits: o.limits, Usage: o.usage})
 	rt := NewRouter(f.edge)
 	f.chat.Register(rt)
+	if o.routes != nil {
+		o.routes(rt)
+	}
 	f.handler, f.verify = rt.Handler(), v
 
 	var ln net.Listener

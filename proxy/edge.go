@@ -30,9 +30,11 @@ type Handler func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error
 
 // Header names the edge reads and writes.
 const (
-	headerRequestID       = "X-Request-Id"
-	HeaderVersion         = "Gateway-Version"
-	HeaderAuthorization   = "Authorization"
+	headerRequestID     = "X-Request-Id"
+	HeaderVersion       = "Gateway-Version"
+	HeaderAuthorization = "Authorization"
+	// HeaderAPIKey carries the key on the Anthropic-compatible routes.
+	HeaderAPIKey          = "X-Api-Key"
 	headerWWWAuthenticate = "WWW-Authenticate"
 	headerRetryAfter      = "Retry-After"
 	headerTraceparent     = "traceparent"
@@ -117,7 +119,7 @@ func (e *Edge) Wrap(method string, a hotpath.Access, wire Envelope, h Handler) f
 		c.SetID(ctx.Request.Header.Peek(headerRequestID))
 		c.SetTrace(ctx.Request.Header.Peek(headerTraceparent))
 		ctx.Response.Header.SetBytesV(headerRequestID, c.ID())
-		if err := e.serve(ctx, c, a, h); err != nil {
+		if err := e.serve(ctx, c, a, wire, h); err != nil {
 			e.writeError(ctx, c, wire, err)
 		}
 		if c.Detached {
@@ -170,7 +172,7 @@ func (r *routeEnd) finish(c *hotpath.Call, method []byte, status int) {
 	hotpath.ReleaseCall(c)
 }
 
-func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, h Handler) (err error) {
+func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, wire Envelope, h Handler) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			e.panics.Inc()
@@ -184,7 +186,17 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 	}
 	switch a.Auth {
 	case hotpath.AuthUser:
-		p, cerr := e.verifier.VerifyUser(ctx.Request.Header.Peek(HeaderAuthorization))
+		var (
+			p    *hotpath.Principal
+			cerr *codec.Error
+		)
+		if key := ctx.Request.Header.Peek(HeaderAPIKey); wire == EnvelopeAnthropic && len(key) > 0 &&
+			len(ctx.Request.Header.Peek(HeaderAuthorization)) == 0 {
+			// Anthropic's clients send the key in x-api-key.
+			p, cerr = e.verifier.VerifyUserToken(key)
+		} else {
+			p, cerr = e.verifier.VerifyUser(ctx.Request.Header.Peek(HeaderAuthorization))
+		}
 		if cerr != nil {
 			return cerr
 		}
@@ -329,9 +341,15 @@ func writeError(resp *fasthttp.Response, wire Envelope, cerr *codec.Error, reque
 		resp.Header.SetBytesV(headerRetryAfter, appendInt(b[:0], cerr.Detail.RetryAfter))
 	}
 	b := bytebufferpool.Get()
-	if wire == EnvelopeOpenAI {
+	switch wire {
+	case EnvelopeOpenAI:
 		b.B = codec.AppendOpenAIError(b.B, cerr)
-	} else {
+	case EnvelopeAnthropic:
+		// Anthropic's status for the code: 529 for an overloaded model.
+		_, st := cerr.Code.AnthropicType()
+		resp.SetStatusCode(st)
+		b.B = codec.AppendAnthropicError(b.B, cerr, requestID)
+	default:
 		b.B = codec.AppendV1Error(b.B, cerr, requestID)
 	}
 	resp.SetBody(b.B)

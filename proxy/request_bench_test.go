@@ -135,6 +135,8 @@ type streamHarness struct {
 	ln  *fasthttputil.InmemoryListener
 	req []byte
 	buf []byte
+	// done marks a complete stream on the wire.
+	done []byte
 }
 
 func newStreamHarness(t testing.TB, frames int) *streamHarness {
@@ -143,18 +145,31 @@ func newStreamHarness(t testing.TB, frames int) *streamHarness {
 
 // newWordStreamHarness streams n frames of one word each.
 func newWordStreamHarness(t testing.TB, frames int, word string) *streamHarness {
+	body := strings.Replace(benchBody, `{"model"`, `{"stream":true,"model"`, 1)
+	return newWireStreamHarness(t, frames, word, "/api/v1/chat", body)
+}
+
+// newWireStreamHarness streams n frames of one word each on the chat wire
+// at path, with body as its request.
+func newWireStreamHarness(t testing.TB, frames int, word, path, body string) *streamHarness {
 	fx := newChatFixture(t, func(o *fixtureOptions) {
 		o.upstream = func(c *UpstreamConfig) { c.Transport = newWordStreamTransport(frames, word) }
 	})
-	f := &streamHarness{ln: fasthttputil.NewInmemoryListener(), buf: make([]byte, 256<<10+frames*(256+len(word)))}
+	f := &streamHarness{ln: fasthttputil.NewInmemoryListener(), buf: make([]byte, 256<<10+frames*(512+len(word))),
+		done: []byte("data: [DONE]")}
+	switch path {
+	case "/v1/messages":
+		f.done = []byte("event: message_stop")
+	case "/v1/responses":
+		f.done = []byte("event: response.completed")
+	}
 	// As the gateway's server: streams own their connections.
 	srv := &fasthttp.Server{Handler: fx.handler, KeepHijackedConns: true}
 	go func() { _ = srv.Serve(f.ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
-	body := strings.Replace(benchBody, `{"model"`, `{"stream":true,"model"`, 1)
 	// Connection: close ends the exchange with the stream, so the client
 	// reads to the end of the connection.
-	f.req = []byte("POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nAuthorization: Bearer " + fx.key +
+	f.req = []byte("POST " + path + " HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nAuthorization: Bearer " + fx.key +
 		"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 	f.stream(t)
 	fx.verify.Wait()
@@ -194,7 +209,7 @@ func (f *streamHarness) streamTimed(t testing.TB, gaps *[]time.Duration) {
 			t.Fatal("stream larger than the harness buffer")
 		}
 	}
-	if !bytes.Contains(f.buf[:n], []byte("data: [DONE]")) || !bytes.HasSuffix(f.buf[:n], []byte("\r\n0\r\n\r\n")) {
+	if !bytes.Contains(f.buf[:n], f.done) || !bytes.HasSuffix(f.buf[:n], []byte("\r\n0\r\n\r\n")) {
 		t.Fatalf("not a complete stream: %q", f.buf[:min(n, 300)])
 	}
 }
@@ -221,4 +236,21 @@ func BenchmarkLongStreamGaps(b *testing.B) {
 	slices.Sort(gaps)
 	b.ReportMetric(float64(gaps[len(gaps)*99/100].Microseconds()), "gap-p99-µs")
 	b.ReportMetric(float64(gaps[len(gaps)-1].Microseconds()), "gap-max-µs")
+}
+
+// BenchmarkWireStream256 streams 256 frames on the Anthropic and Responses
+// wires, to compare with BenchmarkStreamRequest256.
+func BenchmarkWireStream256(b *testing.B) {
+	for _, w := range []struct{ name, path, body string }{
+		{"anthropic", "/v1/messages", `{"stream":true,"model":"mira","max_tokens":256,"messages":[{"role":"user","content":"Say hello to the team."}]}`},
+		{"responses", "/v1/responses", `{"stream":true,"model":"mira","max_output_tokens":256,"input":"Say hello to the team."}`},
+	} {
+		b.Run(w.name, func(b *testing.B) {
+			f := newWireStreamHarness(b, 256, "word", w.path, w.body)
+			b.ReportAllocs()
+			for b.Loop() {
+				f.stream(b)
+			}
+		})
+	}
 }

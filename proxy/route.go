@@ -35,16 +35,7 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 		t.up = up
 		t.routing.Mode = "explicit"
 	} else {
-		order := [3]string{"mira", "vaani", "kavi"}
-		switch {
-		case t.poolsLow:
-			// The plan's pools are running out: mira first, whatever
-			// the request's shape.
-		case t.intent.EffortSet && t.intent.Effort == hotpath.EffortHigh:
-			order = [3]string{"kavi", "vaani", "mira"}
-		case t.intent.HasTools || t.intent.EffortSet && t.intent.Effort != hotpath.EffortNone:
-			order = [3]string{"vaani", "kavi", "mira"}
-		}
+		order := t.autoOrder()
 		candidates, fitting := 0, 0
 		for pass := 0; pass < 2 && t.up == nil; pass++ {
 			for _, name := range order {
@@ -103,6 +94,20 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 		}
 	}
 	return nil
+}
+
+// autoOrder is the order auto tries the tiers in, by the request's shape.
+func (t *turn) autoOrder() [3]string {
+	switch {
+	case t.poolsLow:
+		// The plan's pools are running out: mira first, whatever the
+		// request's shape.
+	case t.intent.EffortSet && t.intent.Effort == hotpath.EffortHigh:
+		return [3]string{"kavi", "vaani", "mira"}
+	case t.intent.HasTools || t.intent.EffortSet && t.intent.Effort != hotpath.EffortNone:
+		return [3]string{"vaani", "kavi", "mira"}
+	}
+	return [3]string{"mira", "vaani", "kavi"}
 }
 
 // capability refuses a request the tier cannot serve: images on a tier

@@ -19,12 +19,20 @@ const (
 	EnvelopeAPI Envelope = iota
 	// EnvelopeOpenAI is {error:{message,type,param,code}} for the /v1 routes.
 	EnvelopeOpenAI
+	// EnvelopeAnthropic is {type:error,error:{type,message},request_id} for
+	// the Anthropic-compatible routes under /v1/messages. Its routes also
+	// take the key in x-api-key.
+	EnvelopeAnthropic
 )
 
-// envelopeOf picks the envelope from the path: the OpenAI-compatible family
-// lives under /v1, everything else is the gateway's own.
+// envelopeOf picks the envelope from the path: the Anthropic-compatible
+// family lives under /v1/messages, the OpenAI-compatible family under the
+// rest of /v1, everything else is the gateway's own.
 func envelopeOf(path string) Envelope {
-	if strings.HasPrefix(path, "/v1/") {
+	switch {
+	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
+		return EnvelopeAnthropic
+	case strings.HasPrefix(path, "/v1/"):
 		return EnvelopeOpenAI
 	}
 	return EnvelopeAPI
@@ -52,12 +60,16 @@ func NewRouter(edge *Edge) *Router {
 		h := func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error { return code }
 		api := edge.Wrap("", hotpath.Access{Name: "unmatched"}, EnvelopeAPI, h)
 		openai := edge.Wrap("", hotpath.Access{Name: "unmatched"}, EnvelopeOpenAI, h)
+		anthropic := edge.Wrap("", hotpath.Access{Name: "unmatched"}, EnvelopeAnthropic, h)
 		return func(ctx *fasthttp.RequestCtx) {
-			if envelopeOf(string(ctx.Path())) == EnvelopeOpenAI {
+			switch envelopeOf(string(ctx.Path())) {
+			case EnvelopeOpenAI:
 				openai(ctx)
-				return
+			case EnvelopeAnthropic:
+				anthropic(ctx)
+			default:
+				api(ctx)
 			}
-			api(ctx)
 		}
 	}
 	r.NotFound = notFound(codec.ErrNotFound)
@@ -91,3 +103,19 @@ func (rt *Router) HandleOnly(method, path string, a hotpath.Access, h func(*fast
 // Handler returns the fasthttp handler serving the table, behind the HTTP
 // layer's checks.
 func (rt *Router) Handler() fasthttp.RequestHandler { return rt.edge.guard(rt.r.Handler) }
+
+// HandleEitherVendor registers a route that OpenAI's and Anthropic's
+// clients both call (the model list): a request carrying anthropic-version
+// is served as on the Anthropic routes — its key may come in x-api-key,
+// its errors are Anthropic's — and any other as on the OpenAI routes.
+func (rt *Router) HandleEitherVendor(method, path string, a hotpath.Access, h func(*fasthttp.RequestCtx, *hotpath.Call) error) {
+	openai := rt.edge.Wrap(method, a, EnvelopeOpenAI, h)
+	anthropic := rt.edge.Wrap(method, a, EnvelopeAnthropic, h)
+	rt.r.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
+		if fromAnthropic(ctx) {
+			anthropic(ctx)
+			return
+		}
+		openai(ctx)
+	})
+}

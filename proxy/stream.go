@@ -323,12 +323,17 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	defer func() { t.ch.m.streamDuration.Update(time.Since(began).Seconds()) }()
 
 	// t.out holds the response head; the first frame goes out with it.
-	if t.wire == chatV2 {
+	switch t.wire {
+	case chatV2:
 		t.out = codec.AppendV2Start(t.out, &t.head, t.requestID, &t.routing)
 		if f := t.memoryFields(); f != nil {
 			t.out = codec.SpliceFields(t.out, 2, f)
 		}
-	} else {
+	case chatAnthropic:
+		t.out = codec.AppendAnthropicMessageStart(t.out, &t.head)
+	case chatResponses:
+		t.out = t.appendResponsesStart(t.out)
+	default:
 		var gw []byte
 		if t.wire == chatV1 {
 			gw = t.gw
@@ -409,6 +414,23 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	// in the usage frame (v1) or the finish event (v2), bounded in time.
 	t.startCapture()
 	t.beginFrame()
+	switch t.wire {
+	case chatAnthropic:
+		// message_delta carries the usage.
+		t.settleBill(&st.usage, st.hasUsage, t.delivered)
+		t.anthropicEnd()
+		t.out = codec.AppendAnthropicMessageDelta(t.out, st.finish, &t.bill)
+		t.out = codec.AppendAnthropicMessageStop(t.out)
+		t.last = true
+		return t.flush(w)
+	case chatResponses:
+		// The terminal event carries the usage.
+		t.settleBill(&st.usage, st.hasUsage, t.delivered)
+		t.answer.Finish, t.reasoningTokens = st.finish, st.usage.ReasoningTokens
+		t.out = t.appendResponsesEnd(t.out)
+		t.last = true
+		return t.flush(w)
+	}
 	if t.wire == chatV2 {
 		// The finish event carries the usage.
 		t.settleBill(&st.usage, st.hasUsage, t.delivered)
@@ -490,8 +512,13 @@ func (t *turn) relayRead(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chu
 			t.deliver(chunk.Reasoning)
 			// v2 orders reasoning before the answer; a trace fragment an
 			// upstream sends after answer text has begun is billed, not shown.
-			if t.wire == chatV2 && t.reasons() && st.deltas == 0 {
-				t.out = codec.AppendV2Reasoning(t.out, chunk.Reasoning)
+			if t.reasons() && st.deltas == 0 {
+				switch {
+				case t.wire == chatV2:
+					t.out = codec.AppendV2Reasoning(t.out, chunk.Reasoning)
+				case t.wire == chatAnthropic && t.thinking:
+					t.anthropicText(blockThinking, chunk.Reasoning)
+				}
 			}
 		}
 		if len(chunk.Content) > 2 {
@@ -500,19 +527,34 @@ func (t *turn) relayRead(w *clientWriter, sc *codec.SSEScanner, chunk *codec.Chu
 			if t.mem != nil {
 				t.mem.keepAnswer(chunk.Content)
 			}
-			if t.wire == chatV2 {
+			switch t.wire {
+			case chatV2:
 				t.out = codec.AppendV2Content(t.out, chunk.Content)
-			} else {
+			case chatAnthropic:
+				t.anthropicText(blockText, chunk.Content)
+			case chatResponses:
+				t.responsesText(chunk.Content)
+			default:
 				t.out = codec.AppendChunkContent(t.out, &t.head, chunk.Content)
 			}
 		}
 		if chunk.ToolCalls != nil {
 			st.deltas++
 			st.sawTools = true
-			if t.wire == chatV2 {
+			ok := true
+			switch t.wire {
+			case chatV2:
 				t.out = codec.AppendV2ToolCalls(t.out, chunk.ToolCalls)
-			} else {
+			case chatAnthropic:
+				ok = t.anthropicTools(chunk.ToolCalls)
+			case chatResponses:
+				ok = t.responsesTools(chunk.ToolCalls)
+			default:
 				t.out = codec.AppendChunkToolCalls(t.out, &t.head, chunk.ToolCalls)
+			}
+			if !ok {
+				st.failure = errUpstreamMalformed
+				return true
 			}
 		}
 		if chunk.FinishReason != nil {
@@ -564,7 +606,12 @@ func (t *turn) keepQuiet(w *clientWriter, now time.Time) bool {
 		return true
 	}
 	t.beginFrame()
-	t.out = append(t.out, keepAliveComment...)
+	if t.wire == chatAnthropic {
+		// Anthropic's stream keeps alive with ping events.
+		t.out = codec.AppendAnthropicPing(t.out)
+	} else {
+		t.out = append(t.out, keepAliveComment...)
+	}
 	if !t.flush(w) {
 		t.gone = true
 	}
@@ -586,7 +633,8 @@ func (t *turn) quiet() bool { return t.keepQuiet(t.cw, time.Now()) }
 
 // fail ends a stream that broke after it opened, the way each wire says:
 // /api/v1/chat just stops; the OpenAI route sends an error frame instead of
-// [DONE]; /api/v2/chat sends an error event. What was delivered is billed.
+// [DONE]; /api/v2/chat and /v1/messages send an error event;
+// /v1/responses sends response.failed. What was delivered is billed.
 func (t *turn) fail(w *clientWriter, cerr *codec.Error) {
 	t.ch.m.streamsBroken.Inc()
 	t.hcall.Usage.ErrorCode = cerr.Code.String()
@@ -599,6 +647,10 @@ func (t *turn) fail(w *clientWriter, cerr *codec.Error) {
 		t.out = codec.AppendChunkError(t.out, cerr)
 	case chatV2:
 		t.out = codec.AppendV2Error(t.out, cerr, t.requestID)
+	case chatAnthropic:
+		t.out = codec.AppendAnthropicStreamError(t.out, cerr, t.requestID)
+	case chatResponses:
+		t.out = t.appendResponsesFailed(t.out, cerr)
 	}
 	// The stream ends the way its wire says — an error frame, or on
 	// /api/v1/chat no finish frame — and the HTTP body ends well-formed, so

@@ -23,6 +23,10 @@ const (
 	chatV2
 	// chatOpenAI is POST /v1/chat/completions.
 	chatOpenAI
+	// chatAnthropic is POST /v1/messages, Anthropic's Messages API.
+	chatAnthropic
+	// chatResponses is POST /v1/responses, OpenAI's Responses API.
+	chatResponses
 )
 
 // native reports whether w is one of the native routes, which add memory,

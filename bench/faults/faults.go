@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/edgegw/gateway/bench/frameorder"
+	"github.com/edgegw/gateway/codec"
 )
 
 // SlowTTFT is the time to first token of the slow_first_token cases. The
@@ -110,10 +111,29 @@ type Score struct {
 // The wires of each mode. OpenAIUsage is a stream option, so it is only a
 // streaming wire.
 var (
-	jsonWires   = []frameorder.Wire{frameorder.V1, frameorder.V2, frameorder.OpenAI}
-	streamWires = []frameorder.Wire{frameorder.V1, frameorder.V2, frameorder.OpenAI, frameorder.OpenAIUsage}
-	wireOrder   = streamWires
+	jsonWires   = []frameorder.Wire{frameorder.V1, frameorder.V2, frameorder.OpenAI, frameorder.Anthropic, frameorder.Responses}
+	streamWires = []frameorder.Wire{frameorder.V1, frameorder.V2, frameorder.OpenAI, frameorder.OpenAIUsage,
+		frameorder.Anthropic, frameorder.Responses}
+	wireOrder = streamWires
 )
+
+// onWire is want as wire w says it: Anthropic's API names an error by its
+// type, and answers an overloaded model (every 503) with 529.
+func onWire(w frameorder.Wire, want Expect) Expect {
+	if w != frameorder.Anthropic || want.Code == "" {
+		return want
+	}
+	code, ok := codec.LookupCode(want.Code)
+	if !ok {
+		return want
+	}
+	typ, status := code.AnthropicType()
+	want.Code = typ
+	if want.Status != http.StatusOK {
+		want.Status = status
+	}
+	return want
+}
 
 // every expects want on every wire of the mode.
 func every(stream bool, want Expect) map[frameorder.Wire]Expect {
@@ -123,7 +143,7 @@ func every(stream bool, want Expect) map[frameorder.Wire]Expect {
 	}
 	m := make(map[frameorder.Wire]Expect, len(wires))
 	for _, w := range wires {
-		m[w] = want
+		m[w] = onWire(w, want)
 	}
 	return m
 }
@@ -213,8 +233,10 @@ type answer struct {
 
 // Run sends every case to the gateway at baseURL (e.g.
 // http://127.0.0.1:8080) with key, one wire at a time in the order V1, V2,
-// OpenAI, OpenAIUsage, reads each whole answer and scores it: the envelope's
-// code for a refusal, frameorder.CheckStream for a stream, the completion's
+// OpenAI, OpenAIUsage, Anthropic, Responses, reads each whole answer and
+// scores it: the envelope's
+// code (Anthropic's error type on its wire) for a refusal,
+// frameorder.CheckStream for a stream, the completion's
 // shape for a served non-streaming answer. Cases left when ctx ends are
 // scored as not run. Run never panics on an answer.
 func Run(ctx context.Context, client *http.Client, baseURL, key string, cases []Case) []Score {
@@ -282,7 +304,7 @@ func (r *runner) send(c Case, w frameorder.Wire, tier string) answer {
 		defer cancel()
 	}
 	text := "Scorecard " + c.Name + " on " + w.String() + " (" + r.nonce + ") " + c.Directive
-	body, err := chatBody(tier, text, c.Stream, w == frameorder.OpenAIUsage)
+	body, err := wireBody(w, tier, text, c.Stream)
 	if err != nil {
 		return answer{err: err}
 	}
@@ -382,8 +404,11 @@ func (r *runner) judge(c Case, w frameorder.Wire, want Expect, a *answer) (bool,
 
 // envelopeName names the error envelope of w's route.
 func envelopeName(w frameorder.Wire) string {
-	if w == frameorder.V1 || w == frameorder.V2 {
+	switch w {
+	case frameorder.V1, frameorder.V2:
 		return "/api"
+	case frameorder.Anthropic:
+		return "Anthropic"
 	}
 	return "OpenAI"
 }
@@ -406,8 +431,19 @@ func envelopeCode(w frameorder.Wire, body []byte) (string, bool) {
 	}
 	var e struct {
 		Code *string `json:"code"`
+		Type *string `json:"type"`
 	}
-	if env.Code != nil || json.Unmarshal(env.Error, &e) != nil || e.Code == nil || *e.Code == "" {
+	if env.Code != nil || json.Unmarshal(env.Error, &e) != nil {
+		return "", false
+	}
+	if w == frameorder.Anthropic {
+		// {"type":"error","error":{"type":…,"message":…}}
+		if e.Type == nil || *e.Type == "" {
+			return "", false
+		}
+		return *e.Type, true
+	}
+	if e.Code == nil || *e.Code == "" {
 		return "", false
 	}
 	return *e.Code, true
@@ -417,6 +453,23 @@ func envelopeCode(w frameorder.Wire, body []byte) (string, bool) {
 // a message and a finish_reason, top-level on the /api routes, in
 // choices[0] on the OpenAI route.
 func completion(w frameorder.Wire, body []byte) bool {
+	switch w {
+	case frameorder.Anthropic:
+		var m struct {
+			Type       string            `json:"type"`
+			Content    []json.RawMessage `json:"content"`
+			StopReason string            `json:"stop_reason"`
+		}
+		return json.Unmarshal(body, &m) == nil && m.Type == "message" && m.Content != nil && m.StopReason != ""
+	case frameorder.Responses:
+		var r struct {
+			Object string            `json:"object"`
+			Status string            `json:"status"`
+			Output []json.RawMessage `json:"output"`
+		}
+		return json.Unmarshal(body, &r) == nil && r.Object == "response" && len(r.Output) > 0 &&
+			(r.Status == "completed" || r.Status == "incomplete")
+	}
 	type answer struct {
 		Message      map[string]json.RawMessage `json:"message"`
 		FinishReason string                     `json:"finish_reason"`
@@ -436,6 +489,30 @@ func completion(w frameorder.Wire, body []byte) bool {
 		a = c.Choices[0]
 	}
 	return a.Message != nil && a.FinishReason != ""
+}
+
+// wireBody is the request on wire w: one user message on tier.
+func wireBody(w frameorder.Wire, tier, text string, stream bool) ([]byte, error) {
+	switch w {
+	case frameorder.Anthropic:
+		type message struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		}
+		return json.Marshal(struct {
+			Model     string    `json:"model"`
+			MaxTokens int       `json:"max_tokens"`
+			Stream    bool      `json:"stream"`
+			Messages  []message `json:"messages"`
+		}{Model: tier, MaxTokens: 1024, Stream: stream, Messages: []message{{Role: "user", Content: text}}})
+	case frameorder.Responses:
+		return json.Marshal(struct {
+			Model  string `json:"model"`
+			Stream bool   `json:"stream"`
+			Input  string `json:"input"`
+		}{Model: tier, Stream: stream, Input: text})
+	}
+	return chatBody(tier, text, stream, w == frameorder.OpenAIUsage)
 }
 
 // chatBody is the request: one user message on tier.

@@ -138,7 +138,7 @@ func TestCasesCoverEveryFault(t *testing.T) {
 		require.False(t, names[c.Name], "duplicate case %s", c.Name)
 		names[c.Name] = true
 		directives[c.Directive] = true
-		wires := []frameorder.Wire{frameorder.V1, frameorder.V2, frameorder.OpenAI}
+		wires := []frameorder.Wire{frameorder.V1, frameorder.V2, frameorder.OpenAI, frameorder.Anthropic, frameorder.Responses}
 		if c.Stream {
 			wires = append(wires, frameorder.OpenAIUsage)
 			require.True(t, strings.HasSuffix(c.Name, "/sse"))

@@ -72,6 +72,10 @@ func (w Wire) String() string {
 		return "openai"
 	case OpenAIUsage:
 		return "openai+usage"
+	case Anthropic:
+		return "anthropic"
+	case Responses:
+		return "responses"
 	}
 	return "wire(" + strconv.Itoa(int(w)) + ")"
 }
@@ -83,6 +87,10 @@ func (w Wire) Path() string {
 		return "/api/v1/chat"
 	case V2:
 		return "/api/v2/chat"
+	case Anthropic:
+		return "/v1/messages"
+	case Responses:
+		return "/v1/responses"
 	}
 	return "/v1/chat/completions"
 }
@@ -145,6 +153,14 @@ type Checker struct {
 	deltas  int     // V2 delta events
 	tools   []int64 // tool-call indexes seen
 
+	// Anthropic and Responses: blocks (items) opened, the open one's
+	// kind, the next sequence number, and whether a message's part is
+	// open and the open item's content is done.
+	blocks        int
+	open          uint8
+	seq           int64
+	part, closing bool
+
 	sc *codec.SSEScanner // for Check
 }
 
@@ -167,6 +183,10 @@ func (c *Checker) Event(ev codec.SSEEvent) {
 		c.chunkEvent(ev)
 	case V2:
 		c.v2Event(ev)
+	case Anthropic:
+		c.anthropicEvent(ev)
+	case Responses:
+		c.responsesEvent(ev)
 	default:
 		c.violate("unknown wire")
 	}
@@ -204,6 +224,14 @@ func (c *Checker) End() Outcome {
 	case V2:
 		if c.state != v2Ended {
 			c.violateEnd("the stream ended without a finish or error event (silent truncation)")
+		}
+	case Anthropic:
+		if c.state != anEnded {
+			c.violateEnd("the stream ended without message_stop or an error event (silent truncation)")
+		}
+	case Responses:
+		if c.state != rsEnded {
+			c.violateEnd("the stream ended without a terminal response event (silent truncation)")
 		}
 	default:
 		c.violateEnd("unknown wire")

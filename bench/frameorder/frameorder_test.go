@@ -69,7 +69,8 @@ func readGolden(t *testing.T) []transcript {
 		for _, c := range []struct {
 			prefix string
 			wire   Wire
-		}{{"openai_usage_sse_", OpenAIUsage}, {"openai_sse_", OpenAI}, {"v1_sse_", V1}, {"v2_sse_", V2}} {
+		}{{"openai_usage_sse_", OpenAIUsage}, {"openai_sse_", OpenAI}, {"v1_sse_", V1}, {"v2_sse_", V2},
+			{"anthropic_sse_", Anthropic}, {"responses_sse_", Responses}} {
 			if strings.HasPrefix(name, c.prefix) {
 				prefix, tr.wire = c.prefix, c.wire
 				break
@@ -112,6 +113,14 @@ var goldenFailure = map[string]string{
 	"malformed_after":  "upstream_error",
 }
 
+// anthropicFailure is goldenFailure as Anthropic's error types say it.
+var anthropicFailure = map[string]string{
+	"drop_after":       "overloaded_error",
+	"stall_after":      "timeout_error",
+	"slow_first_token": "timeout_error",
+	"malformed_after":  "api_error",
+}
+
 func TestGoldenTranscripts(t *testing.T) {
 	streams := 0
 	for _, tr := range readGolden(t) {
@@ -135,6 +144,8 @@ func TestGoldenTranscripts(t *testing.T) {
 				require.True(t, out.Failed)
 				if tr.wire == V1 {
 					require.Empty(t, out.ErrorCode, "v1 carries no error frame")
+				} else if tr.wire == Anthropic {
+					require.Equal(t, anthropicFailure[tr.kase], out.ErrorCode)
 				} else {
 					require.Equal(t, goldenFailure[tr.kase], out.ErrorCode)
 				}

@@ -16,9 +16,11 @@ import (
 
 // Paths of the wires.
 const (
-	pathV1     = "/api/v1/chat"
-	pathV2     = "/api/v2/chat"
-	pathOpenAI = "/v1/chat/completions"
+	pathV1        = "/api/v1/chat"
+	pathV2        = "/api/v2/chat"
+	pathOpenAI    = "/v1/chat/completions"
+	pathAnthropic = "/v1/messages"
+	pathResponses = "/v1/responses"
 )
 
 // Path returns the route a wire posts to.
@@ -28,6 +30,10 @@ func (w Wire) Path() string {
 		return pathV1
 	case WireV2:
 		return pathV2
+	case WireAnthropic:
+		return pathAnthropic
+	case WireResponses:
+		return pathResponses
 	default:
 		return pathOpenAI
 	}
@@ -36,6 +42,19 @@ func (w Wire) Path() string {
 // ToolName is the function every tool-calling request declares and asks
 // the simulator to call.
 const ToolName = "get_weather"
+
+// anthropicToolsJSON and responsesToolsJSON declare ToolName on the
+// Anthropic and Responses wires.
+const (
+	toolParams         = `{"type":"object","properties":{"city":{"type":"string"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["city"]}`
+	anthropicToolsJSON = `[{"name":"` + ToolName + `","description":"Current weather in a city","input_schema":` + toolParams + `}]`
+	responsesToolsJSON = `[{"type":"function","name":"` + ToolName + `","description":"Current weather in a city","parameters":` + toolParams + `}]`
+)
+
+// anthropicMaxTokens is the max_tokens of every request on the Anthropic
+// wire, which requires one: the largest tier cap, so that each tier
+// clamps it to its own, as a request without max_tokens gets elsewhere.
+const anthropicMaxTokens = 8192
 
 // toolsJSON declares ToolName.
 const toolsJSON = `[{"type":"function","function":{"name":"` + ToolName + `",` +
@@ -205,6 +224,10 @@ func checkerWire(sc *Scenario, w Wire) frameorder.Wire {
 			return frameorder.OpenAIUsage
 		}
 		return frameorder.OpenAI
+	case WireAnthropic:
+		return frameorder.Anthropic
+	case WireResponses:
+		return frameorder.Responses
 	}
 	return 0
 }
@@ -261,6 +284,31 @@ func appendBody(dst []byte, sc *Scenario, w Wire, model, fault string, padding [
 
 	dst = append(dst, `{"model":`...)
 	dst = codec.AppendJSONString(dst, model)
+	switch w {
+	case WireAnthropic:
+		dst = append(dst, `,"max_tokens":`...)
+		dst = strconv.AppendInt(dst, anthropicMaxTokens, 10)
+		dst = append(dst, `,"messages":[{"role":"user","content":`...)
+		dst = codec.AppendJSONBytes(dst, content)
+		dst = append(dst, `}]`...)
+		if sc.Stream {
+			dst = append(dst, `,"stream":true`...)
+		}
+		if sc.Tools {
+			dst = append(dst, `,"tools":`+anthropicToolsJSON...)
+		}
+		return append(dst, '}')
+	case WireResponses:
+		dst = append(dst, `,"input":`...)
+		dst = codec.AppendJSONBytes(dst, content)
+		if sc.Stream {
+			dst = append(dst, `,"stream":true`...)
+		}
+		if sc.Tools {
+			dst = append(dst, `,"tools":`+responsesToolsJSON...)
+		}
+		return append(dst, '}')
+	}
 	dst = append(dst, `,"messages":[{"role":"user","content":`...)
 	dst = codec.AppendJSONBytes(dst, content)
 	dst = append(dst, `}]`...)

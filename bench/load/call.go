@@ -72,6 +72,11 @@ var (
 	strDelta         = []byte("delta")
 	strEmptyJSON     = []byte(`""`)
 	strErrorKey      = []byte(`"error"`)
+
+	strBlockDelta     = []byte("content_block_delta")
+	strThinkingDelta  = []byte(`"thinking_delta"`)
+	strTextDelta      = []byte("response.output_text.delta")
+	strArgumentsDelta = []byte("response.function_call_arguments.delta")
 )
 
 // do sends one request of shape v and reads its answer to the end, filling
@@ -253,11 +258,18 @@ func (c *call) readStream(v *variant, start time.Time) {
 }
 
 // isContent reports whether ev is the first frame that counts for time to
-// first token: a v2 delta event, or a chunk whose delta carries content
-// or tool calls (not the empty content of the role primer, nor reasoning).
+// first token: a v2 delta event, an Anthropic content_block_delta other
+// than thinking, a Responses text or arguments delta, or a chunk whose
+// delta carries content or tool calls (not the empty content of the role
+// primer, nor reasoning).
 func isContent(w Wire, ev codec.SSEEvent, ch *codec.Chunk) bool {
-	if w == WireV2 {
+	switch w {
+	case WireV2:
 		return bytes.Equal(ev.Event, strDelta)
+	case WireAnthropic:
+		return bytes.Equal(ev.Event, strBlockDelta) && !bytes.Contains(ev.Data, strThinkingDelta)
+	case WireResponses:
+		return bytes.Equal(ev.Event, strTextDelta) || bytes.Equal(ev.Event, strArgumentsDelta)
 	}
 	if len(ev.Data) == 0 || ev.Data[0] != '{' {
 		return false
@@ -269,8 +281,8 @@ func isContent(w Wire, ev codec.SSEEvent, ch *codec.Chunk) bool {
 }
 
 // envelopeCode returns the error code of an error body: "code" at the top
-// level (the /api envelope) or "error.code" (the OpenAI envelope), else
-// http_STATUS.
+// level (the /api envelope), "error.code" (the OpenAI envelope) or
+// "error.type" (Anthropic's), else http_STATUS.
 func envelopeCode(body []byte, status int) string {
 	if n, err := sonic.Get(body, "code"); err == nil {
 		if s, err := n.StrictString(); err == nil && s != "" {
@@ -278,6 +290,12 @@ func envelopeCode(body []byte, status int) string {
 		}
 	}
 	if n, err := sonic.Get(body, "error", "code"); err == nil {
+		if s, err := n.StrictString(); err == nil && s != "" {
+			return s
+		}
+	}
+	// Anthropic's envelope names a type, not a code.
+	if n, err := sonic.Get(body, "error", "type"); err == nil {
 		if s, err := n.StrictString(); err == nil && s != "" {
 			return s
 		}

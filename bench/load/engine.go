@@ -143,7 +143,7 @@ func newRunner(ctx context.Context, sc *Scenario, t Target, opt Options) (*runne
 		}
 	}
 	switch t.Wire {
-	case "", WireV1, WireV2, WireOpenAI, WireUpstream:
+	case "", WireV1, WireV2, WireOpenAI, WireUpstream, WireAnthropic, WireResponses:
 	default:
 		return nil, fmt.Errorf("cannot run target %s: unknown wire %q", t.Name, t.Wire)
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -455,4 +457,30 @@ func TestThinkTimeSpacesRequestsOnKeptConnections(t *testing.T) {
 	require.NoError(t, err)
 	bad := Scenario{Rate: 10, Think: time.Second}
 	require.ErrorContains(t, bad.Validate(), "think")
+}
+
+// The Anthropic and Responses wires: their recorded streams count as
+// complete, with a first token, and a broken one as a violation.
+func TestVendorWireStreams(t *testing.T) {
+	for _, c := range []struct {
+		wire Wire
+		file string
+	}{{WireAnthropic, "anthropic_sse_reasoning.txt"}, {WireResponses, "responses_sse_tools.txt"}} {
+		t.Run(string(c.wire), func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join("..", "..", "proxy", "testdata", "golden", c.file))
+			require.NoError(t, err)
+			_, body, ok := strings.Cut(string(raw), "\n\n")
+			require.True(t, ok)
+			sc := quick(t, Scenario{Wires: map[Wire]float64{c.wire: 1}, Stream: true, Concurrency: 2, MaxRequests: 6, Duration: 10 * time.Second})
+			res, err := Run(context.Background(), sc, Target{Name: "good", BaseURL: serve(t, transcript(body))}, Options{})
+			require.NoError(t, err)
+			require.EqualValues(t, 6, res.Completed)
+			require.Zero(t, res.FrameViolations)
+			require.EqualValues(t, 6, res.TTFT.TotalCount())
+			cut := body[:strings.LastIndex(body, "event: ")]
+			res, err = Run(context.Background(), sc, Target{Name: "cut", BaseURL: serve(t, transcript(cut))}, Options{})
+			require.NoError(t, err)
+			require.EqualValues(t, 6, res.FrameViolations)
+		})
+	}
 }

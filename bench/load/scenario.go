@@ -130,9 +130,9 @@ func (s *Scenario) Validate() error {
 	}
 	for w, weight := range s.Wires {
 		switch w {
-		case WireV1, WireV2, WireOpenAI, WireUpstream:
+		case WireV1, WireV2, WireOpenAI, WireUpstream, WireAnthropic, WireResponses:
 		default:
-			return bad("wires", "unknown wire %q (v1, v2, openai or upstream)", w)
+			return bad("wires", "unknown wire %q (v1, v2, openai, anthropic, responses or upstream)", w)
 		}
 		if err := checkWeight(weight); err != nil {
 			return bad("wires."+string(w), "%v", err)

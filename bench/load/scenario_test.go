@@ -15,6 +15,7 @@ func TestShippedScenariosValidate(t *testing.T) {
 	names := ShippedScenarios()
 	require.Subset(t, names, []string{
 		"chat-nonstream", "chat-stream-256tok", "tools", "mixed-wires", "faults", "many-streams", "soak",
+		"anthropic-stream", "responses-stream",
 	})
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {

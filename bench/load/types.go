@@ -22,6 +22,9 @@ const (
 	WireV2       Wire = "v2"       // POST /api/v2/chat
 	WireOpenAI   Wire = "openai"   // POST /v1/chat/completions on the gateway
 	WireUpstream Wire = "upstream" // POST /v1/chat/completions on an upstream
+	// The two wires that speak other vendors' APIs on the gateway.
+	WireAnthropic Wire = "anthropic" // POST /v1/messages
+	WireResponses Wire = "responses" // POST /v1/responses
 )
 
 // Mode is how arrivals are generated.

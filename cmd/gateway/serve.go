@@ -468,7 +468,9 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	user.Name = "models"
 	rt.Handle(fasthttp.MethodGet, "/api/v1/models", user, cat.Native)
 	user.Name = "models_openai"
-	rt.HandleOnly(fasthttp.MethodGet, "/v1/models", user, cat.OpenAI)
+	rt.HandleEitherVendor(fasthttp.MethodGet, "/v1/models", user, cat.OpenAI)
+	user.Name = "model_openai"
+	rt.HandleEitherVendor(fasthttp.MethodGet, "/v1/models/{id}", user, cat.Model)
 	ups, err := a.buildUpstreams(st, log)
 	if err != nil {
 		a.shutdown()

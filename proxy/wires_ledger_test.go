@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
+)
+
+// One conversation sent on all five wires, plain and streaming, is billed
+// and logged alike: the same tier, tokens, weighted tokens, cost, status
+// and billing, each row under its own wire's route name. The same holds
+// for a refusal before the upstream.
+func TestFiveWiresBillAlike(t *testing.T) {
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(func(p *meter.Plan) { p.RequestsPerMinute = 1000 }))
+	sink := &recordingSink{}
+	f := newChatFixture(t, withLimits(l, sink, uncapped()))
+	const system, turn1, answer, turn2 = "You are terse.", "Say hello [[sim:tokens=5]]", "Hello there.", "Again [[sim:tokens=5]]"
+	chat := `{"model":"mira","max_tokens":64,STREAM"messages":[{"role":"system","content":"` + system + `"},{"role":"user","content":"` + turn1 +
+		`"},{"role":"assistant","content":"` + answer + `"},{"role":"user","content":"` + turn2 + `"}]}`
+	wires := []struct{ route, path, body string }{
+		{"chat_v1", "/api/v1/chat", chat},
+		{"chat_v2", "/api/v2/chat", chat},
+		{"chat_openai", "/v1/chat/completions", chat},
+		{"messages_anthropic", "/v1/messages", `{"model":"mira","max_tokens":64,STREAM"system":[{"type":"text","text":"` + system +
+			`"}],"messages":[{"role":"user","content":[{"type":"text","text":"` + turn1 + `"}]},{"role":"assistant","content":"` + answer +
+			`"},{"role":"user","content":"` + turn2 + `"}]}`},
+		{"responses_openai", "/v1/responses", `{"model":"mira","max_output_tokens":64,STREAM"instructions":"` + system +
+			`","input":[{"role":"user","content":[{"type":"input_text","text":"` + turn1 + `"}]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"` +
+			answer + `"}]},{"role":"user","content":"` + turn2 + `"}]}`},
+	}
+	for _, stream := range []string{"", `"stream":true,`} {
+		for _, w := range wires {
+			r := f.post(t, w.path, strings.Replace(w.body, "STREAM", stream, 1))
+			require.Equal(t, 200, r.status, "%s: %s", w.path, r.body)
+		}
+	}
+	// A refusal before the upstream: an unknown tier.
+	for _, w := range wires {
+		r := f.post(t, w.path, strings.Replace(strings.Replace(w.body, "STREAM", "", 1), `"mira"`, `"nova"`, 1))
+		require.Equal(t, 400, r.status, "%s: %s", w.path, r.body)
+	}
+	var rows []hotpath.UsageRecord
+	require.Eventually(t, func() bool { rows = sink.all(); return len(rows) == 15 }, 2*time.Second, 5*time.Millisecond)
+	// Rows arrive as requests end, which for streams is after the client
+	// read them: find each by its route and kind.
+	find := func(route string, block int) hotpath.UsageRecord {
+		for _, r := range rows {
+			if r.Route == route && r.Stream == (block == 1) && (r.Status == 200) == (block < 2) {
+				return r
+			}
+		}
+		t.Fatalf("no row for %s in block %d", route, block)
+		return hotpath.UsageRecord{}
+	}
+	for block := range 3 {
+		first := find(wires[0].route, block)
+		for _, w := range wires {
+			got := find(w.route, block)
+			require.Equal(t, first.Tier, got.Tier, w.route)
+			require.Equal(t, first.InputTokens, got.InputTokens, w.route)
+			require.Equal(t, first.OutputTokens, got.OutputTokens, w.route)
+			require.Equal(t, first.WeightedTokens, got.WeightedTokens, w.route)
+			require.Equal(t, first.CostPico, got.CostPico, w.route)
+			require.Equal(t, first.Status, got.Status, w.route)
+			require.Equal(t, first.ErrorCode, got.ErrorCode, w.route)
+			require.Equal(t, first.Billed, got.Billed, w.route)
+			require.Equal(t, first.Estimated, got.Estimated, w.route)
+			require.Equal(t, "key-1", got.KeyID)
+		}
+	}
+	rows = []hotpath.UsageRecord{find("chat_v1", 0), {}, {}, {}, {}, find("chat_v1", 1), {}, {}, {}, {}, find("chat_v1", 2)}
+	require.True(t, rows[0].Billed)
+	require.Equal(t, int64(5), rows[0].OutputTokens)
+	require.Positive(t, rows[0].CostPico)
+	require.True(t, rows[5].Stream)
+	require.False(t, rows[10].Billed)
+	require.Equal(t, "invalid_request", rows[10].ErrorCode)
+}
+
+// Idempotency-Key works on both new wires as on /v1/chat/completions: the
+// first answer is replayed byte for byte, another body under the same key
+// is a conflict in the wire's envelope.
+func TestWireIdempotency(t *testing.T) {
+	f := newChatFixture(t)
+	for _, w := range []struct{ path, body, other string }{
+		{"/v1/messages", `{"model":"mira","max_tokens":16,"messages":[{"role":"user","content":"idem [[sim:tokens=3]]"}]}`,
+			`{"model":"mira","max_tokens":16,"messages":[{"role":"user","content":"other [[sim:tokens=3]]"}]}`},
+		{"/v1/responses", `{"model":"mira","input":"idem [[sim:tokens=3]]"}`, `{"model":"mira","input":"other [[sim:tokens=3]]"}`},
+	} {
+		t.Run(w.path, func(t *testing.T) {
+			key := "idem-" + w.path
+			first := f.post(t, w.path, w.body, "Idempotency-Key", key)
+			require.Equal(t, 200, first.status, "%s", first.body)
+			again := f.post(t, w.path, w.body, "Idempotency-Key", key)
+			require.Equal(t, 200, again.status)
+			require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+			require.Equal(t, string(first.body), string(again.body))
+			conflict := f.post(t, w.path, w.other, "Idempotency-Key", key)
+			require.Equal(t, 409, conflict.status)
+			if w.path == "/v1/messages" {
+				require.Contains(t, string(conflict.body), `"type":"invalid_request_error"`)
+			} else {
+				require.Contains(t, string(conflict.body), `"code":"idempotency_conflict"`)
+			}
+		})
+	}
+}
