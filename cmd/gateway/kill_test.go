@@ -84,7 +84,7 @@ func TestKilledProcessLeasesComeBack(t *testing.T) {
 		}
 		return false
 	}
-	require.True(t, within(10*time.Second, true), "b sees a's two leases")
+	require.True(t, within(30*time.Second, true), "b sees a's two leases") // both streams admitted on a; generous for a loaded machine
 
 	require.NoError(t, syscall.Kill(a.PID, syscall.SIGKILL))
 	killed := time.Now()
