@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -55,13 +56,25 @@ func TestKilledProcessLeasesComeBack(t *testing.T) {
 		return http.DefaultClient.Do(req)
 	}
 	// Two streams held on a, waiting a minute for their first token.
-	for range 2 {
-		go func() {
-			if resp, err := chat(a.Addr, "hold [[sim:ttft_ms=60000]]"); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
+	var heldMu sync.Mutex
+	var held []string // how each held stream ended, for a failure's message
+	hold := func() {
+		for range 2 {
+			go func() {
+				resp, err := chat(a.Addr, "hold [[sim:ttft_ms=60000]]")
+				if err != nil {
+					heldMu.Lock()
+					held = append(held, err.Error())
+					heldMu.Unlock()
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
 				_ = resp.Body.Close()
-			}
-		}()
+				heldMu.Lock()
+				held = append(held, fmt.Sprintf("%d %.300s", resp.StatusCode, body))
+				heldMu.Unlock()
+			}()
+		}
 	}
 	refused := func() bool {
 		resp, err := chat(b.Addr, "hi [[sim:tokens=1]]")
@@ -84,11 +97,24 @@ func TestKilledProcessLeasesComeBack(t *testing.T) {
 		}
 		return false
 	}
-	require.True(t, within(30*time.Second, true), "b sees a's two leases") // both streams admitted on a; generous for a loaded machine
+	// An admission whose Redis call outlives its bound (250 ms) runs
+	// unmetered by design, which a loaded machine can make happen to the
+	// held streams themselves: then they hold no lease, and two more are
+	// held.
+	seen := false
+	for try := 0; try < 3 && !seen; try++ {
+		hold()
+		seen = within(10*time.Second, true)
+	}
+	if !seen {
+		heldMu.Lock()
+		defer heldMu.Unlock()
+		require.Fail(t, "b sees a's leases", "a's held streams: %q", held)
+	}
 
 	require.NoError(t, syscall.Kill(a.PID, syscall.SIGKILL))
 	killed := time.Now()
-	require.True(t, refused(), "a killed process's leases still count")
+	require.True(t, within(2*time.Second, true), "a killed process's leases still count")
 	require.True(t, within(meter.LeaseTTL+5*time.Second, false), "the leases come back within their lease time")
 	t.Logf("leases came back %v after the kill (lease time %v)", time.Since(killed).Round(time.Millisecond), meter.LeaseTTL)
 }
