@@ -27,9 +27,6 @@ var o200kPattern = strings.Join([]string{
 type bpe struct {
 	ranks map[string]int
 	pat   *regexp2.Regexp
-	// lookup, when set, is called on every rank lookup of a merge: the
-	// tests' operation count.
-	lookup func()
 }
 
 // scratch is one encoding's working memory, reused across calls.
@@ -41,6 +38,8 @@ type scratch struct {
 	prev  []int32
 	heap  []pair
 	cuts  []int32 // the merge's result: where each final part begins
+	// lookups counts the rank lookups of merges: the work the tests bound.
+	lookups int
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -92,10 +91,8 @@ func (b *bpe) count(text string, s *scratch) int {
 }
 
 // rank returns the rank of piece[a:c], or -1 when it is not a token.
-func (b *bpe) rank(piece []byte, a, c int32) int32 {
-	if b.lookup != nil {
-		b.lookup()
-	}
+func (b *bpe) rank(s *scratch, piece []byte, a, c int32) int32 {
+	s.lookups++
 	if r, ok := b.ranks[string(piece[a:c])]; ok {
 		return int32(r)
 	}
@@ -115,7 +112,7 @@ func (b *bpe) merge(piece []byte, s *scratch) []int32 {
 	}
 	s.heap = s.heap[:0]
 	for i := int32(0); i+2 <= n; i++ {
-		if r := b.rank(piece, i, i+2); r >= 0 {
+		if r := b.rank(s, piece, i, i+2); r >= 0 {
 			s.push(pair{rank: r, i: i, end: i + 2})
 		}
 	}
@@ -131,12 +128,12 @@ func (b *bpe) merge(piece []byte, s *scratch) []int32 {
 		s.prev[k] = p.i
 		s.start[j] = -1
 		if k < n {
-			if r := b.rank(piece, p.i, s.next[k]); r >= 0 {
+			if r := b.rank(s, piece, p.i, s.next[k]); r >= 0 {
 				s.push(pair{rank: r, i: p.i, end: s.next[k]})
 			}
 		}
 		if h := s.prev[p.i]; h >= 0 {
-			if r := b.rank(piece, h, k); r >= 0 {
+			if r := b.rank(s, piece, h, k); r >= 0 {
 				s.push(pair{rank: r, i: h, end: k})
 			}
 		}
