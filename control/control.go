@@ -118,6 +118,11 @@ func queryContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), queryTimeout)
 }
 
+// writeList answers 200 with a list envelope: {"object":"list","data":…}.
+func writeList(ctx *fasthttp.RequestCtx, data any) error {
+	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) error {
 	body, err := sonic.Marshal(v)
 	if err != nil {

@@ -738,5 +738,5 @@ func (a *API) searchConversations(ctx *fasthttp.RequestCtx, c *hotpath.Call) err
 				CreatedAt: convTime(h.CreatedAt)})
 		}
 	}
-	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": data})
+	return writeList(ctx, data)
 }

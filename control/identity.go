@@ -52,7 +52,7 @@ func (a *API) listKeys(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return storageError(err, errKeyNotFound)
 	}
-	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": keys})
+	return writeList(ctx, keys)
 }
 
 type createKeyRequest struct {

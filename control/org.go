@@ -95,7 +95,7 @@ func (a *API) listMembers(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": members})
+	return writeList(ctx, members)
 }
 
 func pathParam(ctx *fasthttp.RequestCtx, name string) string {
@@ -173,7 +173,7 @@ func (a *API) listMemberships(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": orgs})
+	return writeList(ctx, orgs)
 }
 
 // leaveOrg ends the caller's own membership of the organization in the
@@ -206,7 +206,7 @@ func (a *API) listInvitations(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": invs})
+	return writeList(ctx, invs)
 }
 
 // invite issues an invitation: 202 with the invitation, the same body and
@@ -296,7 +296,7 @@ func (a *API) pendingInvitations(ctx *fasthttp.RequestCtx, c *hotpath.Call) erro
 	if err != nil {
 		return err
 	}
-	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": invs})
+	return writeList(ctx, invs)
 }
 
 // acceptInvitation makes the caller a member: only the invitee, whose

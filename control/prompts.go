@@ -75,7 +75,7 @@ func (a *API) listPrompts(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": ps})
+	return writeList(ctx, ps)
 }
 
 func (a *API) createPrompt(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {

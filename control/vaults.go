@@ -193,7 +193,7 @@ func (a *API) listVaults(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": vs})
+	return writeList(ctx, vs)
 }
 
 func (a *API) readVault(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
@@ -259,7 +259,7 @@ func (a *API) listVaultMembers(ctx *fasthttp.RequestCtx, c *hotpath.Call) error 
 	if err != nil {
 		return vaultError(err)
 	}
-	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": ms})
+	return writeList(ctx, ms)
 }
 
 // memberGrants reads can_read, can_write and can_share; held is refused

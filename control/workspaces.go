@@ -113,7 +113,7 @@ func (a *API) listWorkspaces(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": ws})
+	return writeList(ctx, ws)
 }
 
 func (a *API) createWorkspace(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
