@@ -1,24 +1,9 @@
 package tokens
 
 import (
-	"strings"
 	"sync"
 	"unicode/utf8"
-
-	"github.com/dlclark/regexp2"
 )
-
-// o200kPattern is the o200k_base pre-tokenizer: text is cut into the pieces
-// it matches, and each piece is byte-pair encoded on its own.
-var o200kPattern = strings.Join([]string{
-	`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
-	`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
-	`\p{N}{1,3}`,
-	` ?[^\s\p{L}\p{N}]+[\r\n/]*`,
-	`\s*[\r\n]+`,
-	`\s+(?!\S)`,
-	`\s+`,
-}, "|")
 
 // bpe encodes with the merge ranks of an encoding. Its merge is
 // O(n log n) in the length of a piece: the textbook loop that rescans every
@@ -26,13 +11,10 @@ var o200kPattern = strings.Join([]string{
 // then costs a millisecond.
 type bpe struct {
 	ranks map[string]int
-	pat   *regexp2.Regexp
 }
 
 // scratch is one encoding's working memory, reused across calls.
 type scratch struct {
-	runes []rune
-	piece []byte
 	start []int32 // start[i]: where part i begins; start[n] = n
 	next  []int32
 	prev  []int32
@@ -40,6 +22,8 @@ type scratch struct {
 	cuts  []int32 // the merge's result: where each final part begins
 	// lookups counts the rank lookups of merges: the work the tests bound.
 	lookups int
+	// sinceYield is the text counted since the count last yielded.
+	sinceYield int
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -58,30 +42,34 @@ func (p pair) less(q pair) bool {
 	return p.rank < q.rank || p.rank == q.rank && p.i < q.i
 }
 
-// segment calls fn with each pre-tokenized piece of text, as UTF-8 bytes
-// (invalid input read as U+FFFD, as the reference encoder reads it). The
-// bytes are valid only during the call.
-func (b *bpe) segment(text string, s *scratch, fn func(piece []byte)) {
-	s.runes = s.runes[:0]
+// segment calls fn with each pre-tokenized piece of text. Invalid UTF-8 is
+// read as U+FFFD, one per bad byte, as the reference encoder reads it.
+func (b *bpe) segment(text string, fn func(piece string)) {
+	if !utf8.ValidString(text) {
+		text = replaceInvalid(text)
+	}
+	for i := 0; i < len(text); {
+		j := nextPiece(text, i)
+		fn(text[i:j])
+		i = j
+	}
+}
+
+// replaceInvalid returns text with each byte that is not part of a valid
+// UTF-8 sequence replaced by U+FFFD.
+func replaceInvalid(text string) string {
+	buf := make([]byte, 0, len(text)+16)
 	for _, r := range text {
-		s.runes = append(s.runes, r)
+		buf = utf8.AppendRune(buf, r)
 	}
-	m, _ := b.pat.FindRunesMatch(s.runes)
-	for m != nil {
-		s.piece = s.piece[:0]
-		for _, r := range s.runes[m.Index : m.Index+m.Length] {
-			s.piece = utf8.AppendRune(s.piece, r)
-		}
-		fn(s.piece)
-		m, _ = b.pat.FindNextMatch(m)
-	}
+	return string(buf)
 }
 
 // count returns the number of tokens of text.
 func (b *bpe) count(text string, s *scratch) int {
 	n := 0
-	b.segment(text, s, func(piece []byte) {
-		if _, ok := b.ranks[string(piece)]; ok {
+	b.segment(text, func(piece string) {
+		if _, ok := b.ranks[piece]; ok {
 			n++
 			return
 		}
@@ -91,9 +79,9 @@ func (b *bpe) count(text string, s *scratch) int {
 }
 
 // rank returns the rank of piece[a:c], or -1 when it is not a token.
-func (b *bpe) rank(s *scratch, piece []byte, a, c int32) int32 {
+func (b *bpe) rank(s *scratch, piece string, a, c int32) int32 {
 	s.lookups++
-	if r, ok := b.ranks[string(piece[a:c])]; ok {
+	if r, ok := b.ranks[piece[a:c]]; ok {
 		return int32(r)
 	}
 	return -1
@@ -104,7 +92,7 @@ func (b *bpe) rank(s *scratch, piece []byte, a, c int32) int32 {
 // step the pair of adjacent parts with the lowest rank is merged, the
 // leftmost of equal ranks; a heap holds the candidates, and a candidate made
 // stale by a neighbouring merge is dropped when it surfaces.
-func (b *bpe) merge(piece []byte, s *scratch) []int32 {
+func (b *bpe) merge(piece string, s *scratch) []int32 {
 	n := int32(len(piece))
 	s.start, s.next, s.prev = grow(s.start, n+1), grow(s.next, n+1), grow(s.prev, n+1)
 	for i := int32(0); i <= n; i++ {

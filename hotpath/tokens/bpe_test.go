@@ -66,8 +66,8 @@ func TestMergeMatchesReference(t *testing.T) {
 		require.Equal(t, len(want), e.count(text, s), "count of %q", text)
 		// Boundaries: rebuild the reference tokens' byte lengths.
 		got := []int{}
-		e.segment(text, s, func(piece []byte) {
-			if _, ok := e.ranks[string(piece)]; ok {
+		e.segment(text, func(piece string) {
+			if _, ok := e.ranks[piece]; ok {
 				got = append(got, len(piece))
 				return
 			}
@@ -99,7 +99,7 @@ func TestLongRunCostIsLinear(t *testing.T) {
 		run[i] = "abcdefghijklmnopqrstuvwxyz"[r.IntN(26)]
 	}
 	s := new(scratch)
-	e.merge(run, s)
+	e.merge(string(run), s)
 	lookups := s.lookups
 	require.Less(t, lookups, 4*len(run), "rank lookups for a %d-byte run", len(run))
 }

@@ -38,12 +38,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
-	"github.com/dlclark/regexp2"
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 
 	"github.com/edgegw/gateway/codec"
@@ -91,7 +91,7 @@ func encoder() *bpe {
 		if err != nil {
 			panic("tokens: cannot load " + Encoding + ": " + err.Error())
 		}
-		enc = &bpe{ranks: ranks, pat: regexp2.MustCompile(o200kPattern, regexp2.None)}
+		enc = &bpe{ranks: ranks}
 		s := scratchPool.Get().(*scratch)
 		primer = 1 + enc.count("assistant\n", s)
 		scratchPool.Put(s)
@@ -183,10 +183,21 @@ func countText(e *bpe, n int, text string, limit int, stop *atomic.Bool) int {
 		k := cutAt(text)
 		n += e.count(text[:k], s)
 		text = text[k:]
+		if s.sinceYield += k; s.sinceYield >= yieldEvery {
+			s.sinceYield = 0
+			runtime.Gosched()
+		}
 	}
 	scratchPool.Put(s)
 	return n
 }
+
+// yieldEvery is how many bytes a count reads between offers of its
+// processor to other goroutines: a long count (a megabyte prompt takes tens
+// of milliseconds) then delays the requests queued behind it on the same
+// processor by a fraction of a millisecond, not by the scheduler's 10 ms
+// preemption slice. Ordinary prompts never reach it.
+const yieldEvery = 32 << 10
 
 // Count returns the number of tokens in text. Special-token markers in text
 // are counted as the ordinary text they are; runs longer than MaxRun are
@@ -347,9 +358,9 @@ func Split(text string) []string {
 	one := []int32{0}
 	for rest := text; len(rest) > 0; {
 		k := cutAt(rest)
-		e.segment(rest[:k], s, func(piece []byte) {
+		e.segment(rest[:k], func(piece string) {
 			cuts := one
-			if _, ok := e.ranks[string(piece)]; !ok {
+			if _, ok := e.ranks[piece]; !ok {
 				cuts = e.merge(piece, s)
 			}
 			for _, c := range cuts[1:] {
