@@ -28,19 +28,19 @@ type scratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
-// pair is a candidate merge of part i with the part after it, which would
-// cover piece[i:end] and has rank rank.
-type pair struct {
-	rank int32
-	i    int32
-	end  int32
+// A candidate merge of part i with the part after it, which would cover
+// piece[i:end] and has rank rank, is one integer: rank, then i, then end,
+// from the high bits down, so that the smallest is the one the reference
+// merge picks (the lowest rank, the leftmost of equal ranks). Ranks fit in
+// 24 bits and positions in 20 (a piece is at most maxSegment bytes).
+type pair uint64
+
+func makePair(rank, i, end int32) pair {
+	return pair(uint64(rank)<<40 | uint64(i)<<20 | uint64(end))
 }
 
-// less orders candidates as the reference merge picks them: the lowest
-// rank first, the leftmost of equal ranks.
-func (p pair) less(q pair) bool {
-	return p.rank < q.rank || p.rank == q.rank && p.i < q.i
-}
+func (p pair) i() int32   { return int32(p >> 20 & (1<<20 - 1)) }
+func (p pair) end() int32 { return int32(p & (1<<20 - 1)) }
 
 // segment calls fn with each pre-tokenized piece of text. Invalid UTF-8 is
 // read as U+FFFD, one per bad byte, as the reference encoder reads it.
@@ -101,28 +101,32 @@ func (b *bpe) merge(piece string, s *scratch) []int32 {
 	s.heap = s.heap[:0]
 	for i := int32(0); i+2 <= n; i++ {
 		if r := b.rank(s, piece, i, i+2); r >= 0 {
-			s.push(pair{rank: r, i: i, end: i + 2})
+			s.heap = append(s.heap, makePair(r, i, i+2))
 		}
+	}
+	for k := len(s.heap)/2 - 1; k >= 0; k-- {
+		s.down(k)
 	}
 	for len(s.heap) > 0 {
 		p := s.pop()
-		j := s.next[p.i]
-		if j >= n || s.start[p.i] != p.i || s.next[j] != p.end {
+		i, end := p.i(), p.end()
+		j := s.next[i]
+		if j >= n || s.start[i] != i || s.next[j] != end {
 			continue // part i or its neighbour changed since p was pushed
 		}
 		// Merge j into i.
 		k := s.next[j]
-		s.next[p.i] = k
-		s.prev[k] = p.i
+		s.next[i] = k
+		s.prev[k] = i
 		s.start[j] = -1
 		if k < n {
-			if r := b.rank(s, piece, p.i, s.next[k]); r >= 0 {
-				s.push(pair{rank: r, i: p.i, end: s.next[k]})
+			if r := b.rank(s, piece, i, s.next[k]); r >= 0 {
+				s.push(makePair(r, i, s.next[k]))
 			}
 		}
-		if h := s.prev[p.i]; h >= 0 {
+		if h := s.prev[i]; h >= 0 {
 			if r := b.rank(s, piece, h, k); r >= 0 {
-				s.push(pair{rank: r, i: h, end: k})
+				s.push(makePair(r, h, k))
 			}
 		}
 	}
@@ -145,7 +149,7 @@ func (s *scratch) push(p pair) {
 	i := len(h) - 1
 	for i > 0 {
 		up := (i - 1) / 2
-		if !h[i].less(h[up]) {
+		if h[i] >= h[up] {
 			break
 		}
 		h[i], h[up] = h[up], h[i]
@@ -159,23 +163,27 @@ func (s *scratch) pop() pair {
 	top := h[0]
 	last := len(h) - 1
 	h[0] = h[last]
-	h = h[:last]
-	i := 0
+	s.heap = h[:last]
+	s.down(0)
+	return top
+}
+
+// down sifts the candidate at i down to its place.
+func (s *scratch) down(i int) {
+	h := s.heap
 	for {
 		l := 2*i + 1
 		if l >= len(h) {
-			break
+			return
 		}
 		m := l
-		if r := l + 1; r < len(h) && h[r].less(h[l]) {
+		if r := l + 1; r < len(h) && h[r] < h[l] {
 			m = r
 		}
-		if !h[m].less(h[i]) {
-			break
+		if h[m] >= h[i] {
+			return
 		}
 		h[i], h[m] = h[m], h[i]
 		i = m
 	}
-	s.heap = h
-	return top
 }
