@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -84,9 +85,11 @@ func TestMinTokensIsALowerBound(t *testing.T) {
 		string(AppendWords(nil, 9, 3000)), strings.Repeat("x y\n", 500), "émigré café, naïve — 東京 タワー",
 		strings.Repeat("(a) [b] {c}, d; e: f! ", 300), strings.Repeat("1234567 89 ", 200),
 	} {
-		require.LessOrEqual(t, minTokens(text), Count(text), "%.40q", text)
+		require.LessOrEqual(t, minTokens(text, math.MaxInt), Count(text), "%.40q", text)
 	}
 	words := string(AppendWords(nil, 1, 100_000))
 	require.Greater(t, CountLimit(words, 1000), 1000)
-	require.Greater(t, minTokens(words), 80_000)
+	require.Greater(t, minTokens(words, math.MaxInt), 80_000)
+	// With a limit it stops reading as soon as the bound passes it.
+	require.Equal(t, 1001, minTokens(words, 1000))
 }

@@ -153,13 +153,15 @@ func isCut(text string, i int) bool {
 
 // minTokens is a lower bound on the tokens of text, found without the
 // encoder: the pre-tokenizer splits at every isCut place and each piece is at
-// least one token. It reads each byte once and allocates nothing.
-func minTokens(text string) int {
+// least one token. It stops reading once the bound passes limit (a prompt
+// far over a window is refused having read little more than a window's
+// worth), reads each byte at most once and allocates nothing.
+func minTokens(text string, limit int) int {
 	if text == "" {
 		return 0
 	}
 	n := 1
-	for i := 1; i < len(text); i++ {
+	for i := 1; i < len(text) && n <= limit; i++ {
 		if isCut(text, i) {
 			n++
 		}
@@ -214,7 +216,7 @@ func CountLimit(text string, limit int) int {
 		return 0
 	}
 	if limit < math.MaxInt {
-		if lower := minTokens(text); lower > limit {
+		if lower := minTokens(text, limit); lower > limit {
 			return lower
 		}
 	}
@@ -244,7 +246,10 @@ func CountChatUntil(msgs []Message, tools []Tool, limit int, stop *atomic.Bool) 
 		// without encoding anything.
 		lower := primer
 		for i := range msgs {
-			lower += perMessage + minTokens(msgs[i].Content)
+			if lower += perMessage; lower > limit {
+				return lower
+			}
+			lower += minTokens(msgs[i].Content, limit-lower)
 		}
 		if lower > limit {
 			return lower
