@@ -31,6 +31,12 @@ type Config struct {
 	MaxConns int32
 	// ConnectTimeout bounds establishing one connection. Default 5s.
 	ConnectTimeout time.Duration
+	// ReadURL, when set, names a streaming replica of the database that
+	// takes the reads that tolerate staleness (replica.go). Optional.
+	ReadURL string
+	// ReadMaxLag is the staleness above which the replica is not read.
+	// Default 1s.
+	ReadMaxLag time.Duration
 }
 
 // Validate checks the configuration and fills in defaults.
@@ -50,6 +56,17 @@ func (c *Config) Validate() error {
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = 5 * time.Second
 	}
+	if c.ReadURL != "" {
+		if _, err := pgxpool.ParseConfig(c.ReadURL); err != nil {
+			return fmt.Errorf("database-read-url: %w", err)
+		}
+	}
+	if c.ReadMaxLag == 0 {
+		c.ReadMaxLag = time.Second
+	}
+	if c.ReadMaxLag < 0 {
+		return errors.New("database-read-max-lag: must be positive")
+	}
 	return nil
 }
 
@@ -57,6 +74,8 @@ func (c *Config) Validate() error {
 type DB struct {
 	Pool *pgxpool.Pool
 	cfg  Config
+	// replica, when configured, takes the reads that tolerate staleness.
+	replica *replica
 }
 
 // Open creates the pool. It does not wait for the database to answer, so a
@@ -75,11 +94,23 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot create database pool: %w", err)
 	}
-	return &DB{Pool: pool, cfg: cfg}, nil
+	db := &DB{Pool: pool, cfg: cfg}
+	if cfg.ReadURL != "" {
+		if db.replica, err = openReplica(ctx, cfg); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return db, nil
 }
 
-// Close closes the pool.
-func (db *DB) Close() { db.Pool.Close() }
+// Close closes the pools.
+func (db *DB) Close() {
+	db.Pool.Close()
+	if db.replica != nil {
+		db.replica.pool.Close()
+	}
+}
 
 // Ping checks that the database answers.
 func (db *DB) Ping(ctx context.Context) error { return db.Pool.Ping(ctx) }

@@ -242,15 +242,17 @@ func (db *DB) RequestLog(ctx context.Context, requestID, userID, orgID string) (
 	var key, workspace, bucket, tier, errorCode *string
 	var ttft *int64
 	var status int32
-	err := db.Pool.QueryRow(ctx, `select request_id, created_at, key_id::text, workspace_id::text, bucket, route,
+	err := db.read(func(q querier) error {
+		return q.QueryRow(ctx, `select request_id, created_at, key_id::text, workspace_id::text, bucket, route,
     tier, status, error_code, input_tokens, output_tokens, weighted_tokens, cost_pico, estimated, billed, stream,
     duration_us, ttft_us
 from request_log where request_id = $1 and user_id = $2 and org_id = $3
 order by created_at desc, row_id desc limit 1`,
-		requestID, pgtype.UUID{Bytes: user, Valid: true}, pgtype.UUID{Bytes: org, Valid: true}).Scan(
-		&r.RequestID, &r.CreatedAt, &key, &workspace, &bucket, &r.Route, &tier, &status, &errorCode,
-		&r.InputTokens, &r.OutputTokens, &r.WeightedTokens, &r.CostPico, &r.Estimated, &r.Billed, &r.Stream,
-		&r.DurationUS, &ttft)
+			requestID, pgtype.UUID{Bytes: user, Valid: true}, pgtype.UUID{Bytes: org, Valid: true}).Scan(
+			&r.RequestID, &r.CreatedAt, &key, &workspace, &bucket, &r.Route, &tier, &status, &errorCode,
+			&r.InputTokens, &r.OutputTokens, &r.WeightedTokens, &r.CostPico, &r.Estimated, &r.Billed, &r.Stream,
+			&r.DurationUS, &ttft)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return RequestLog{}, ErrNotFound
 	}

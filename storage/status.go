@@ -112,25 +112,29 @@ func (db *DB) RecordProbe(ctx context.Context, p Probe, keep time.Duration) erro
 // RecentProbes returns, per component, its newest measurements at or after
 // since, newest first, at most limit each.
 func (db *DB) RecentProbes(ctx context.Context, since time.Time, limit int) (map[string][]Probe, error) {
-	rows, err := db.Pool.Query(ctx, `select component, checked_at, ok, latency_ms, coalesce(error, '') from (
-			select *, row_number() over (partition by component order by checked_at desc) as n
-			from status_probes where checked_at >= $1) p
-		where n <= $2 order by component, checked_at desc`, since, limit)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read probes: %w", err)
-	}
-	out := map[string][]Probe{}
-	for rows.Next() {
-		var p Probe
-		var ms int64
-		if err := rows.Scan(&p.Component, &p.CheckedAt, &p.OK, &ms, &p.Error); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("cannot read probes: %w", err)
+	var out map[string][]Probe
+	err := db.read(func(q querier) error {
+		out = map[string][]Probe{}
+		rows, err := q.Query(ctx, `select component, checked_at, ok, latency_ms, coalesce(error, '') from (
+				select *, row_number() over (partition by component order by checked_at desc) as n
+				from status_probes where checked_at >= $1) p
+			where n <= $2 order by component, checked_at desc`, since, limit)
+		if err != nil {
+			return err
 		}
-		p.Latency = time.Duration(ms) * time.Millisecond
-		out[p.Component] = append(out[p.Component], p)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var p Probe
+			var ms int64
+			if err := rows.Scan(&p.Component, &p.CheckedAt, &p.OK, &ms, &p.Error); err != nil {
+				return err
+			}
+			p.Latency = time.Duration(ms) * time.Millisecond
+			out[p.Component] = append(out[p.Component], p)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, fmt.Errorf("cannot read probes: %w", err)
 	}
 	return out, nil
@@ -158,20 +162,24 @@ func (db *DB) ReportBreakers(ctx context.Context, processID string, states map[s
 // BreakerStates returns every breaker report at or after since, per
 // component.
 func (db *DB) BreakerStates(ctx context.Context, since time.Time) (map[string][]string, error) {
-	rows, err := db.Pool.Query(ctx, `select component, state from status_breakers where reported_at >= $1`, since)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read breaker reports: %w", err)
-	}
-	out := map[string][]string{}
-	for rows.Next() {
-		var c, s string
-		if err := rows.Scan(&c, &s); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("cannot read breaker reports: %w", err)
+	var out map[string][]string
+	err := db.read(func(q querier) error {
+		out = map[string][]string{}
+		rows, err := q.Query(ctx, `select component, state from status_breakers where reported_at >= $1`, since)
+		if err != nil {
+			return err
 		}
-		out[c] = append(out[c], s)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var c, s string
+			if err := rows.Scan(&c, &s); err != nil {
+				return err
+			}
+			out[c] = append(out[c], s)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, fmt.Errorf("cannot read breaker reports: %w", err)
 	}
 	return out, nil

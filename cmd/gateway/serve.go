@@ -87,6 +87,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConfigPath, "config", "", "YAML file with tiers and prices (see the configuration reference)")
 	fs.StringVar(&c.DB.URL, "database-url", "", "PostgreSQL URL (required)")
 	dbConns := fs.Int("database-max-conns", 16, "PostgreSQL pool size")
+	fs.StringVar(&c.DB.ReadURL, "database-read-url", "", "optional streaming replica of the database for the reads that tolerate staleness (status document, request-log lookups)")
+	fs.DurationVar(&c.DB.ReadMaxLag, "database-read-max-lag", time.Second, "staleness above which the read replica is not read")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL for fleet-wide counters; empty keeps counters in this process")
 	fs.BoolVar(&c.Migrate, "migrate", true, "apply pending schema migrations at start (under an advisory lock)")
 	fs.BoolVar(&c.Demo, "demo", false, "seed a demo organization, user and developer key, and print the key")
@@ -420,6 +422,9 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		swept := make(chan struct{})
 		go func() { defer close(swept); a.janitor.Run(bg) }()
 		defer func() { <-swept }()
+		watched := make(chan struct{})
+		go func() { defer close(watched); a.db.WatchReplica(bg, storage.ReplicaCheckInterval, log) }()
+		defer func() { <-watched }()
 		returned := make(chan struct{})
 		go func() {
 			defer close(returned)
@@ -677,6 +682,20 @@ func registerRuntimeMetrics(set *metrics.Set, a *app) {
 	set.NewGauge("gateway_key_lookup_errors_total", stat(func(s hotpath.VerifierStats) uint64 { return s.LookupErrors }))
 	set.NewGauge("gateway_db_pool_acquired_conns", func() float64 { return float64(a.db.Pool.Stat().AcquiredConns()) })
 	set.NewGauge("gateway_db_pool_total_conns", func() float64 { return float64(a.db.Pool.Stat().TotalConns()) })
+	if ok, _, _, _ := a.db.ReplicaStats(); ok {
+		set.NewGauge("gateway_db_replica_lag_seconds", func() float64 {
+			_, lag, _, _ := a.db.ReplicaStats()
+			return lag.Seconds() // negative while the replica cannot be measured
+		})
+		set.NewGauge("gateway_db_replica_reads_total", func() float64 {
+			_, _, reads, _ := a.db.ReplicaStats()
+			return float64(reads)
+		})
+		set.NewGauge("gateway_db_replica_fallbacks_total", func() float64 {
+			_, _, _, fallbacks := a.db.ReplicaStats()
+			return float64(fallbacks)
+		})
+	}
 }
 
 // fasthttpLogger routes fasthttp's own messages (connection errors) to slog.
