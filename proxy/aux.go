@@ -390,13 +390,18 @@ func (a *auxCall) unreadable(req *fasthttp.Request) *codec.Error {
 	return overloadedFor(a.up.Breaker.RetryAfter())
 }
 
-func (a *auxCall) newRequest(body []byte) *fasthttp.Request {
+func (a *auxCall) newRequest(body []byte) *fasthttp.Request { return a.up.newRequest(body) }
+
+// newRequest is a POST of body to the upstream, which the caller keeps
+// unchanged until it releases the request: the one request builder of the
+// specialised routes and of their status probes.
+func (u *Upstream) newRequest(body []byte) *fasthttp.Request {
 	r := fasthttp.AcquireRequest()
-	r.SetRequestURI(a.up.url)
+	r.SetRequestURI(u.url)
 	r.Header.SetMethod(fasthttp.MethodPost)
 	r.Header.SetContentType("application/json")
-	if a.up.auth != "" {
-		r.Header.Set("Authorization", a.up.auth)
+	if u.auth != "" {
+		r.Header.Set("Authorization", u.auth)
 	}
 	r.SetBodyRaw(body)
 	return r
@@ -432,17 +437,60 @@ type upstreamEmbeddings struct {
 	} `json:"usage"`
 }
 
+// encodeEmbedRequest is the upstream embeddings request of inputs.
+func encodeEmbedRequest(model string, inputs []string, format string, dims int64) ([]byte, error) {
+	body, err := sonic.Marshal(&upstreamEmbedRequest{Model: model, Input: inputs, EncodingFormat: format, Dimensions: dims})
+	if err != nil {
+		return nil, fmt.Errorf("cannot encode upstream embeddings request: %w", err)
+	}
+	return body, nil
+}
+
+// embedAnswer is an upstream embeddings answer read in place: vecs[i] is
+// input i's vector, a span of the body it was read from (valid while that
+// body is).
+type embedAnswer struct {
+	vecs         [][]byte
+	promptTokens int64
+}
+
+// read reads body as the answer for n inputs: every index exactly once,
+// each vector of the requested encoding (a base64 string, or an array).
+// It reports false for anything else, which is not an answer.
+func (e *embedAnswer) read(body []byte, n int, base64 bool) bool {
+	var u upstreamEmbeddings
+	if sonic.UnmarshalString(codec.BytesView(body), &u) != nil || len(u.Data) != n {
+		return false
+	}
+	e.vecs = slices.Grow(e.vecs[:0], n)[:n]
+	clear(e.vecs)
+	for _, d := range u.Data {
+		v := trimJSONSpace(d.Embedding)
+		if d.Index == nil || *d.Index < 0 || *d.Index >= n || e.vecs[*d.Index] != nil || len(v) == 0 ||
+			base64 && v[0] != '"' || !base64 && v[0] != '[' {
+			return false
+		}
+		e.vecs[*d.Index] = v
+	}
+	e.promptTokens = 0
+	if u.Usage != nil {
+		e.promptTokens = u.Usage.PromptTokens
+	}
+	return true
+}
+
 func (a *auxCall) embed(ctx *fasthttp.RequestCtx) error {
-	ur := upstreamEmbedRequest{Model: a.up.cfg.Model, Input: a.inputs}
+	var format string
+	var dims int64
 	if f := a.req.EncodingFormat; f != nil {
-		ur.EncodingFormat = *f
+		format = *f
 	}
 	if d := a.req.Dimensions; d != nil {
-		ur.Dimensions = *d
+		dims = *d
 	}
-	body, err := sonic.Marshal(&ur)
+	body, err := encodeEmbedRequest(a.up.cfg.Model, a.inputs, format, dims)
 	if err != nil {
-		return fmt.Errorf("cannot encode upstream embeddings request: %w", err)
+		return err
 	}
 	req := a.newRequest(body)
 	defer fasthttp.ReleaseRequest(req)
@@ -451,29 +499,14 @@ func (a *auxCall) embed(ctx *fasthttp.RequestCtx) error {
 	if cerr := a.exchange(req, resp); cerr != nil {
 		return cerr
 	}
-	var e upstreamEmbeddings
-	base64 := ur.EncodingFormat == "base64"
-	if sonic.UnmarshalString(codec.BytesView(resp.Body()), &e) != nil || len(e.Data) != len(a.inputs) {
+	var e embedAnswer
+	if !e.read(resp.Body(), len(a.inputs), format == "base64") {
 		return a.unreadable(req)
-	}
-	// In input order, every index exactly once, each vector of the
-	// requested encoding.
-	order := make([]int, len(a.inputs))
-	for i := range order {
-		order[i] = -1
-	}
-	for i, d := range e.Data {
-		v := trimJSONSpace(d.Embedding)
-		if d.Index == nil || *d.Index < 0 || *d.Index >= len(order) || order[*d.Index] >= 0 || len(v) == 0 ||
-			base64 && v[0] != '"' || !base64 && v[0] != '[' {
-			return a.unreadable(req)
-		}
-		order[*d.Index] = i
 	}
 	a.up.Breaker.Success()
 	var in int64
-	if e.Usage != nil && e.Usage.PromptTokens > 0 {
-		in = e.Usage.PromptTokens
+	if e.promptTokens > 0 {
+		in = e.promptTokens
 	} else {
 		for _, s := range a.inputs {
 			in += int64(tokens.Count(s))
@@ -485,14 +518,14 @@ func (a *auxCall) embed(ctx *fasthttp.RequestCtx) error {
 	out = append(out, `{"object":"list","model":`...)
 	out = codec.AppendJSONString(out, a.up.Tier.Name)
 	out = append(out, `,"data":[`...)
-	for i, j := range order {
+	for i, v := range e.vecs {
 		if i > 0 {
 			out = append(out, ',')
 		}
 		out = append(out, `{"object":"embedding","index":`...)
 		out = strconv.AppendInt(out, int64(i), 10)
 		out = append(out, `,"embedding":`...)
-		out = append(out, trimJSONSpace(e.Data[j].Embedding)...)
+		out = append(out, v...)
 		out = append(out, '}')
 	}
 	out = append(out, `],"usage":{"prompt_tokens":`...)
@@ -540,20 +573,68 @@ type rankedDoc struct {
 	score float64
 }
 
-func (a *auxCall) rerank(ctx *fasthttp.RequestCtx) error {
-	tei := a.ch.cfg.Aux.RerankShape == RerankTEI
+// encodeRerankRequest is the upstream rerank request in the tier's wire
+// (tei or cohere).
+func encodeRerankRequest(tei bool, model, query string, docs []string) ([]byte, error) {
 	var body []byte
 	var err error
+	if tei {
+		body, err = sonic.Marshal(&upstreamRerankTEI{Query: query, Texts: docs})
+	} else {
+		body, err = sonic.Marshal(&upstreamRerankCohere{Model: model, Query: query, Documents: docs})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot encode upstream rerank request: %w", err)
+	}
+	return body, nil
+}
+
+// readRerank reads body as the rerank answer for n documents: one score
+// for every index exactly once, in the upstream's order. ok is false for
+// anything else, which is not an answer.
+func readRerank(body []byte, tei bool, n int) (ranked []rankedDoc, usage int64, ok bool) {
+	var scores []rerankScore
+	if tei {
+		if sonic.Unmarshal(body, &scores) != nil {
+			return nil, 0, false
+		}
+	} else {
+		var r upstreamRerankResults
+		if sonic.Unmarshal(body, &r) != nil {
+			return nil, 0, false
+		}
+		scores = r.Results
+		if r.Usage != nil {
+			usage = r.Usage.TotalTokens
+		}
+	}
+	if len(scores) != n {
+		return nil, 0, false
+	}
+	seen := make([]bool, n)
+	ranked = make([]rankedDoc, n)
+	for i, s := range scores {
+		score := s.RelevanceScore
+		if tei {
+			score = s.Score
+		}
+		if s.Index == nil || *s.Index < 0 || *s.Index >= n || seen[*s.Index] || score == nil {
+			return nil, 0, false
+		}
+		seen[*s.Index] = true
+		ranked[i] = rankedDoc{index: *s.Index, score: *score}
+	}
+	return ranked, usage, true
+}
+
+func (a *auxCall) rerank(ctx *fasthttp.RequestCtx) error {
+	tei := a.ch.cfg.Aux.RerankShape == RerankTEI
 	// Every document is scored upstream and the cut to top_n is made
 	// here, so that ties at the cut fall by index whatever the upstream
 	// does with them.
-	if tei {
-		body, err = sonic.Marshal(&upstreamRerankTEI{Query: *a.req.Query, Texts: a.inputs})
-	} else {
-		body, err = sonic.Marshal(&upstreamRerankCohere{Model: a.up.cfg.Model, Query: *a.req.Query, Documents: a.inputs})
-	}
+	body, err := encodeRerankRequest(tei, a.up.cfg.Model, *a.req.Query, a.inputs)
 	if err != nil {
-		return fmt.Errorf("cannot encode upstream rerank request: %w", err)
+		return err
 	}
 	req := a.newRequest(body)
 	defer fasthttp.ReleaseRequest(req)
@@ -562,37 +643,9 @@ func (a *auxCall) rerank(ctx *fasthttp.RequestCtx) error {
 	if cerr := a.exchange(req, resp); cerr != nil {
 		return cerr
 	}
-	var scores []rerankScore
-	var usage int64
-	if tei {
-		if sonic.Unmarshal(resp.Body(), &scores) != nil {
-			return a.unreadable(req)
-		}
-	} else {
-		var r upstreamRerankResults
-		if sonic.Unmarshal(resp.Body(), &r) != nil {
-			return a.unreadable(req)
-		}
-		scores = r.Results
-		if r.Usage != nil {
-			usage = r.Usage.TotalTokens
-		}
-	}
-	if len(scores) != len(a.inputs) {
+	ranked, usage, ok := readRerank(resp.Body(), tei, len(a.inputs))
+	if !ok {
 		return a.unreadable(req)
-	}
-	seen := make([]bool, len(a.inputs))
-	ranked := make([]rankedDoc, len(scores))
-	for i, s := range scores {
-		score := s.RelevanceScore
-		if tei {
-			score = s.Score
-		}
-		if s.Index == nil || *s.Index < 0 || *s.Index >= len(seen) || seen[*s.Index] || score == nil {
-			return a.unreadable(req)
-		}
-		seen[*s.Index] = true
-		ranked[i] = rankedDoc{index: *s.Index, score: *score}
 	}
 	a.up.Breaker.Success()
 	slices.SortFunc(ranked, func(x, y rankedDoc) int {

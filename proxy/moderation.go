@@ -166,6 +166,27 @@ type guardMessage struct {
 	Content string `json:"content"`
 }
 
+// encodeGuardRequest is the guard's chat request judging input.
+func encodeGuardRequest(model string, maxTokens int, input string) ([]byte, error) {
+	return sonic.Marshal(&guardRequest{Model: model, MaxTokens: maxTokens,
+		Messages: []guardMessage{{Role: "user", Content: input}}})
+}
+
+// readGuard reads body, the guard's chat completion, into c and as a
+// verdict; text is the reply's content. ok is false when the body is not
+// a completion or its content not a verdict: a verdict cut at the token
+// budget may have lost codes, so it is not one.
+func readGuard(body []byte, c *codec.Completion) (v guardVerdict, text []byte, ok bool) {
+	if codec.ParseCompletion(body, c) != nil || c.Error != nil || string(c.FinishReason) == "length" {
+		return v, nil, false
+	}
+	if text, ok = unquote(c.Content); !ok {
+		return v, nil, false
+	}
+	v, ok = parseGuard(string(text))
+	return v, text, ok
+}
+
 // judged is one input's outcome.
 type judged struct {
 	v       guardVerdict
@@ -238,8 +259,7 @@ func (a *auxCall) judgeAll() ([]judged, *codec.Error) {
 // maps failures as chat's does; an unreadable verdict is retried up to the
 // tier's Retries more times, then answered as an upstream failure.
 func (a *auxCall) judge(input string) judged {
-	body, err := sonic.Marshal(&guardRequest{Model: a.up.cfg.Model, MaxTokens: a.up.Tier.MaxOutput,
-		Messages: []guardMessage{{Role: "user", Content: input}}})
+	body, err := encodeGuardRequest(a.up.cfg.Model, a.up.Tier.MaxOutput, input)
 	if err != nil {
 		return judged{err: codec.ErrInternal}
 	}
@@ -253,21 +273,16 @@ func (a *auxCall) judge(input string) judged {
 			return judged{err: cerr}
 		}
 		var c codec.Completion
-		// A verdict cut at the token budget may have lost codes: not one.
-		if codec.ParseCompletion(resp.Body(), &c) == nil && c.Error == nil && string(c.FinishReason) != "length" {
-			if text, ok := unquote(c.Content); ok {
-				if v, ok := parseGuard(string(text)); ok {
-					a.up.Breaker.Success()
-					j := judged{v: v}
-					if c.HasUsage {
-						j.in, j.out = c.Usage.PromptTokens, c.Usage.CompletionTokens
-					} else {
-						j.in = int64(tokens.CountChat([]tokens.Message{{Role: "user", Content: input}}, nil))
-						j.out = int64(tokens.Count(string(text)))
-					}
-					return j
-				}
+		if v, text, ok := readGuard(resp.Body(), &c); ok {
+			a.up.Breaker.Success()
+			j := judged{v: v}
+			if c.HasUsage {
+				j.in, j.out = c.Usage.PromptTokens, c.Usage.CompletionTokens
+			} else {
+				j.in = int64(tokens.CountChat([]tokens.Message{{Role: "user", Content: input}}, nil))
+				j.out = int64(tokens.Count(string(text)))
 			}
+			return j
 		}
 		if attempt >= a.up.cfg.Retries {
 			a.ch.cfg.Log.Warn("guard reply is not a verdict", "request_id", string(a.rid), "tier", a.up.Tier.Name,
