@@ -61,13 +61,10 @@ func (u *Upstream) Probe(ctx context.Context, prompt string) error {
 // embeddings route does, for the status document. It succeeds when the
 // upstream answers 200 with exactly one vector (of numbers) for it.
 func (u *Upstream) ProbeEmbeddings(ctx context.Context, input string) error {
-	body, err := encodeEmbedRequest(u.cfg.Model, []string{input}, "", 0)
-	if err != nil {
-		return err
-	}
+	body := appendEmbedRequest(nil, u.cfg.Model, []string{input}, "", 0)
 	return u.probe(ctx, body, func(b []byte) bool {
-		var e embedAnswer
-		return e.read(b, 1, false)
+		var e codec.Embeddings
+		return codec.ParseEmbeddings(b, 1, false, &e)
 	})
 }
 
@@ -77,12 +74,9 @@ func (u *Upstream) ProbeEmbeddings(ctx context.Context, input string) error {
 // upstream answers 200 with exactly one scored result.
 func (u *Upstream) ProbeRerank(ctx context.Context, shape, query, document string) error {
 	tei := shape == RerankTEI
-	body, err := encodeRerankRequest(tei, u.cfg.Model, query, []string{document})
-	if err != nil {
-		return err
-	}
+	body := appendRerankRequest(nil, tei, u.cfg.Model, query, []string{document})
 	return u.probe(ctx, body, func(b []byte) bool {
-		_, _, ok := readRerank(b, tei, 1)
+		_, _, ok := codec.ParseRerank(b, 1, tei, nil)
 		return ok
 	})
 }
@@ -92,10 +86,7 @@ func (u *Upstream) ProbeRerank(ctx context.Context, shape, query, document strin
 // upstream answers 200 with a verdict the route would read (safe or
 // unsafe alike).
 func (u *Upstream) ProbeGuard(ctx context.Context, input string) error {
-	body, err := encodeGuardRequest(u.cfg.Model, u.Tier.MaxOutput, input)
-	if err != nil {
-		return err
-	}
+	body := appendGuardRequest(nil, u.cfg.Model, u.Tier.MaxOutput, input)
 	return u.probe(ctx, body, func(b []byte) bool {
 		var c codec.Completion
 		_, _, ok := readGuard(b, &c)

@@ -97,6 +97,9 @@ func TestAuxProbesRefuseHostileAnswers(t *testing.T) {
 		`{"data":[{"index":1,"embedding":[0.1,0.2]}]}`,
 		`{"data":[{"embedding":[0.1,0.2]}]}`,
 		`{"data":[{"index":0,"embedding":"AAAA"}]}`,
+		`{"data":[{"index":0,"embedding":["a","b"]}]}`,
+		`{"data":[{"index":0,"embedding":[0.1,{"x":1}]}]}`,
+		`{"data":[{"index":0,"embedding":[]}]}`,
 		`{"data":[{"index":0,"embedding":[0.1,0.2]`,
 		`[1,2,3]`,
 	} {
