@@ -92,3 +92,21 @@ func TestAuxRefusesHostileUpstreamAnswers(t *testing.T) {
 		require.Contains(t, string(body), "upstream_overloaded")
 	}
 }
+
+// An embeddings answer over the upstream's response cap is an upstream
+// failure before it is scanned, as chat's is.
+func TestEmbeddingsResponseCap(t *testing.T) {
+	f := newChatFixture(t, func(o *fixtureOptions) {
+		o.aux = true
+		o.upstream = func(uc *UpstreamConfig) {
+			if uc.Path != "" {
+				uc.MaxResponseBytes, uc.Retries = 4096, -1
+			}
+		}
+	})
+	r := f.post(t, "/api/v1/embeddings", `{"model":"gw-embed","input":["a","b","c","d","e","f","g","h"],"dimensions":64}`)
+	require.Equal(t, 503, r.status, "%s", r.body)
+	require.Contains(t, string(r.body), `"code":"upstream_overloaded"`)
+	r = f.post(t, "/api/v1/embeddings", `{"model":"gw-embed","input":"a","dimensions":8}`)
+	require.Equal(t, 200, r.status, "%s", r.body)
+}
