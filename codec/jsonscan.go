@@ -211,12 +211,30 @@ func skipNumber(b []byte, i int) (int, error) {
 }
 
 // skipDigits returns the index of the first byte at or after i that is not
-// an ASCII digit.
+// an ASCII digit, eight bytes at a time while there are eight.
 func skipDigits(b []byte, i int) int {
+	for i+8 <= len(b) {
+		if m := nonDigitMask8(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
 	for i < len(b) && b[i]-'0' <= 9 {
 		i++
 	}
 	return i
+}
+
+// nonDigitMask8 returns a word with the high bit of every byte of x (in
+// little-endian order) that is not an ASCII digit set: a digit's high
+// nibble is 3 and its low nibble plus 6 stays below 16. No step carries
+// across bytes.
+func nonDigitMask8(x uint64) uint64 {
+	const hiNibbles, loNibbles = 0xF0F0F0F0F0F0F0F0, 0x0F0F0F0F0F0F0F0F
+	const threes, sixes = 0x3030303030303030, 0x0606060606060606
+	const low7, high = 0x7F7F7F7F7F7F7F7F, 0x8080808080808080
+	nd := (x&hiNibbles ^ threes) | ((x&loNibbles + sixes) & hiNibbles)
+	return ((nd&low7 + low7) | nd) & high
 }
 
 // skipString skips the string literal whose opening quote is at b[i] and

@@ -153,13 +153,13 @@ func (ch *Chat) registerAux(rt *Router) {
 // auxRequest is the union of the three routes' request bodies. Fields a
 // route does not read are ignored, as OpenAI clients send extras (user).
 type auxRequest struct {
-	Model          string          `json:"model"`
-	Input          json.RawMessage `json:"input"`
-	EncodingFormat *string         `json:"encoding_format"`
-	Dimensions     *int64          `json:"dimensions"`
-	Query          *string         `json:"query"`
-	Documents      json.RawMessage `json:"documents"`
-	TopN           *int64          `json:"top_n"`
+	Model          string                 `json:"model"`
+	Input          sonic.NoCopyRawMessage `json:"input"`
+	EncodingFormat *string                `json:"encoding_format"`
+	Dimensions     *int64                 `json:"dimensions"`
+	Query          *string                `json:"query"`
+	Documents      sonic.NoCopyRawMessage `json:"documents"`
+	TopN           *int64                 `json:"top_n"`
 }
 
 // auxCall is one specialised request's state.
@@ -173,6 +173,12 @@ type auxCall struct {
 	topN   int
 	rid    []byte
 
+	// Room for the inputs, vectors and scores of a small request, so
+	// that it does not allocate them.
+	inBuf     [8]string
+	vecs      codec.Embeddings
+	vecBuf    [8][]byte
+	scoreBuf  [8]codec.RerankScore
 	charge    meter.Charge
 	rateShown bool
 	billed    bool
@@ -242,7 +248,7 @@ func (a *auxCall) validate(body []byte) *codec.Error {
 		if a.req.Query == nil || *a.req.Query == "" {
 			return errAuxQuery
 		}
-		docs, cerr := stringList(a.req.Documents, "documents", errAuxDocs, errAuxDocuments)
+		docs, cerr := stringList(a.inBuf[:0], a.req.Documents, "documents", errAuxDocs, errAuxDocuments)
 		if cerr != nil {
 			return cerr
 		}
@@ -262,7 +268,7 @@ func (a *auxCall) validate(body []byte) *codec.Error {
 			return errAuxDimension
 		}
 	}
-	in, cerr := stringList(a.req.Input, "input", errAuxInput, errAuxInputs)
+	in, cerr := stringList(a.inBuf[:0], a.req.Input, "input", errAuxInput, errAuxInputs)
 	if cerr != nil {
 		return cerr
 	}
@@ -286,8 +292,10 @@ func (a *auxCall) validate(body []byte) *codec.Error {
 	return nil
 }
 
-// stringList reads a string or an array of 1 to auxMaxInputs strings.
-func stringList(raw json.RawMessage, field string, missing, tooMany *codec.Error) ([]string, *codec.Error) {
+// stringList reads a string or an array of 1 to auxMaxInputs strings into
+// dst. The strings are views of raw (which the request body keeps alive for
+// the request), not copies, unless they hold escapes.
+func stringList(dst []string, raw []byte, field string, missing, tooMany *codec.Error) ([]string, *codec.Error) {
 	raw = trimJSONSpace(raw)
 	if len(raw) == 0 || isJSONNull(raw) {
 		return nil, missing
@@ -297,13 +305,25 @@ func stringList(raw json.RawMessage, field string, missing, tooMany *codec.Error
 			return nil, missing
 		}
 		var s string
-		if err := sonic.Unmarshal(raw, &s); err != nil {
+		if err := sonic.UnmarshalString(codec.BytesView(raw), &s); err != nil {
 			return nil, missing
 		}
-		return []string{s}, nil
+		return append(dst, s), nil
 	}
 	if raw[0] != '[' {
 		return nil, missing
+	}
+	// The common case in one pass; anything it refuses is read again
+	// item by item, to name the item.
+	out := dst[:0]
+	if sonic.UnmarshalString(codec.BytesView(raw), &out) == nil {
+		switch {
+		case len(out) == 0:
+			return nil, missing
+		case len(out) > auxMaxInputs:
+			return nil, tooMany
+		}
+		return out, nil
 	}
 	var items []json.RawMessage
 	if err := sonic.Unmarshal(raw, &items); err != nil {
@@ -315,7 +335,7 @@ func stringList(raw json.RawMessage, field string, missing, tooMany *codec.Error
 	if len(items) > auxMaxInputs {
 		return nil, tooMany
 	}
-	out := make([]string, len(items))
+	out = make([]string, len(items))
 	for i, it := range items {
 		it = trimJSONSpace(it)
 		if len(it) == 0 || it[0] != '"' || sonic.Unmarshal(it, &out[i]) != nil {
@@ -390,90 +410,97 @@ func (a *auxCall) unreadable(req *fasthttp.Request) *codec.Error {
 	return overloadedFor(a.up.Breaker.RetryAfter())
 }
 
-func (a *auxCall) newRequest(body []byte) *fasthttp.Request {
+func (a *auxCall) newRequest(body []byte) *fasthttp.Request { return a.up.newRequest(body) }
+
+// newRequest is a POST of body to the upstream, which the caller keeps
+// unchanged until it releases the request: the one request builder of the
+// specialised routes and of their status probes.
+func (u *Upstream) newRequest(body []byte) *fasthttp.Request {
 	r := fasthttp.AcquireRequest()
-	r.SetRequestURI(a.up.url)
+	r.SetRequestURI(u.url)
 	r.Header.SetMethod(fasthttp.MethodPost)
 	r.Header.SetContentType("application/json")
-	if a.up.auth != "" {
-		r.Header.Set("Authorization", a.up.auth)
+	if u.auth != "" {
+		r.Header.Set("Authorization", u.auth)
 	}
 	r.SetBodyRaw(body)
 	return r
 }
 
-// writeAux answers body, which the request built for itself and never
-// reuses: it is handed to the response without a copy.
+// auxBody returns the response's own pooled buffer, emptied, with room
+// for n bytes: an answer is built in it and handed back by writeAux, so
+// that it allocates nothing once the pool is warm.
+func auxBody(ctx *fasthttp.RequestCtx, n int) []byte {
+	return slices.Grow(ctx.Response.SwapBody(nil)[:0], n)
+}
+
+// writeAux answers body, built in auxBody's buffer.
 func writeAux(ctx *fasthttp.RequestCtx, body []byte) error {
 	ctx.SetContentType("application/json")
-	ctx.Response.SetBodyRaw(body)
+	ctx.Response.SwapBody(body)
 	return nil
 }
 
 // --- embeddings
 
-type upstreamEmbedRequest struct {
-	Model          string   `json:"model"`
-	Input          []string `json:"input"`
-	EncodingFormat string   `json:"encoding_format,omitempty"`
-	Dimensions     int64    `json:"dimensions,omitempty"`
+// appendEmbedRequest appends the upstream embeddings request of inputs.
+func appendEmbedRequest(dst []byte, model string, inputs []string, format string, dims int64) []byte {
+	dst = append(dst, `{"model":`...)
+	dst = codec.AppendJSONString(dst, model)
+	dst = append(dst, `,"input":`...)
+	dst = appendStrings(dst, inputs)
+	if format != "" {
+		dst = append(dst, `,"encoding_format":`...)
+		dst = codec.AppendJSONString(dst, format)
+	}
+	if dims != 0 {
+		dst = append(dst, `,"dimensions":`...)
+		dst = strconv.AppendInt(dst, dims, 10)
+	}
+	return append(dst, '}')
 }
 
-// upstreamEmbeddings is the upstream's answer, decoded from a view of its
-// body: each vector is a span of the body, never copied until it is
-// written out (the body outlives the decoded value).
-type upstreamEmbeddings struct {
-	Data []struct {
-		Index     *int                   `json:"index"`
-		Embedding sonic.NoCopyRawMessage `json:"embedding"`
-	} `json:"data"`
-	Usage *struct {
-		PromptTokens int64 `json:"prompt_tokens"`
-	} `json:"usage"`
+// appendStrings appends ss as a JSON array of strings.
+func appendStrings(dst []byte, ss []string) []byte {
+	dst = append(dst, '[')
+	for i, s := range ss {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = codec.AppendJSONString(dst, s)
+	}
+	return append(dst, ']')
 }
 
 func (a *auxCall) embed(ctx *fasthttp.RequestCtx) error {
-	ur := upstreamEmbedRequest{Model: a.up.cfg.Model, Input: a.inputs}
+	var format string
+	var dims int64
 	if f := a.req.EncodingFormat; f != nil {
-		ur.EncodingFormat = *f
+		format = *f
 	}
 	if d := a.req.Dimensions; d != nil {
-		ur.Dimensions = *d
+		dims = *d
 	}
-	body, err := sonic.Marshal(&ur)
-	if err != nil {
-		return fmt.Errorf("cannot encode upstream embeddings request: %w", err)
-	}
-	req := a.newRequest(body)
+	req := a.newRequest(nil)
 	defer fasthttp.ReleaseRequest(req)
+	b := req.SwapBody(nil)[:0]
+	req.SwapBody(appendEmbedRequest(b, a.up.cfg.Model, a.inputs, format, dims))
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	if cerr := a.exchange(req, resp); cerr != nil {
 		return cerr
 	}
-	var e upstreamEmbeddings
-	base64 := ur.EncodingFormat == "base64"
-	if sonic.UnmarshalString(codec.BytesView(resp.Body()), &e) != nil || len(e.Data) != len(a.inputs) {
+	// The vectors are scanned in place and copied out verbatim: never
+	// decoded, never encoded again.
+	e := &a.vecs
+	e.Vectors = a.vecBuf[:0]
+	if !codec.ParseEmbeddings(resp.Body(), len(a.inputs), format == "base64", e) {
 		return a.unreadable(req)
-	}
-	// In input order, every index exactly once, each vector of the
-	// requested encoding.
-	order := make([]int, len(a.inputs))
-	for i := range order {
-		order[i] = -1
-	}
-	for i, d := range e.Data {
-		v := trimJSONSpace(d.Embedding)
-		if d.Index == nil || *d.Index < 0 || *d.Index >= len(order) || order[*d.Index] >= 0 || len(v) == 0 ||
-			base64 && v[0] != '"' || !base64 && v[0] != '[' {
-			return a.unreadable(req)
-		}
-		order[*d.Index] = i
 	}
 	a.up.Breaker.Success()
 	var in int64
-	if e.Usage != nil && e.Usage.PromptTokens > 0 {
-		in = e.Usage.PromptTokens
+	if e.PromptTokens > 0 {
+		in = e.PromptTokens
 	} else {
 		for _, s := range a.inputs {
 			in += int64(tokens.Count(s))
@@ -481,18 +508,18 @@ func (a *auxCall) embed(ctx *fasthttp.RequestCtx) error {
 	}
 	a.bill(in, 0)
 
-	out := make([]byte, 0, len(resp.Body())+256)
+	out := auxBody(ctx, len(resp.Body())+256)
 	out = append(out, `{"object":"list","model":`...)
 	out = codec.AppendJSONString(out, a.up.Tier.Name)
 	out = append(out, `,"data":[`...)
-	for i, j := range order {
+	for i, v := range e.Vectors {
 		if i > 0 {
 			out = append(out, ',')
 		}
 		out = append(out, `{"object":"embedding","index":`...)
 		out = strconv.AppendInt(out, int64(i), 10)
 		out = append(out, `,"embedding":`...)
-		out = append(out, trimJSONSpace(e.Data[j].Embedding)...)
+		out = append(out, v...)
 		out = append(out, '}')
 	}
 	out = append(out, `],"usage":{"prompt_tokens":`...)
@@ -509,100 +536,53 @@ func (a *auxCall) embed(ctx *fasthttp.RequestCtx) error {
 
 // --- rerank
 
-type upstreamRerankCohere struct {
-	Model     string   `json:"model"`
-	Query     string   `json:"query"`
-	Documents []string `json:"documents"`
-}
-
-type upstreamRerankTEI struct {
-	Query      string   `json:"query"`
-	Texts      []string `json:"texts"`
-	RawScores  bool     `json:"raw_scores"`
-	ReturnText bool     `json:"return_text"`
-}
-
-type rerankScore struct {
-	Index          *int     `json:"index"`
-	RelevanceScore *float64 `json:"relevance_score"`
-	Score          *float64 `json:"score"`
-}
-
-type upstreamRerankResults struct {
-	Results []rerankScore `json:"results"`
-	Usage   *struct {
-		TotalTokens int64 `json:"total_tokens"`
-	} `json:"usage"`
-}
-
-type rankedDoc struct {
-	index int
-	score float64
+// appendRerankRequest appends the upstream rerank request in the tier's
+// wire: text-embeddings-inference's {query, texts} with tei, else
+// Cohere's {model, query, documents}.
+func appendRerankRequest(dst []byte, tei bool, model, query string, docs []string) []byte {
+	if tei {
+		dst = append(dst, `{"query":`...)
+		dst = codec.AppendJSONString(dst, query)
+		dst = append(dst, `,"texts":`...)
+		dst = appendStrings(dst, docs)
+		return append(dst, `,"raw_scores":false,"return_text":false}`...)
+	}
+	dst = append(dst, `{"model":`...)
+	dst = codec.AppendJSONString(dst, model)
+	dst = append(dst, `,"query":`...)
+	dst = codec.AppendJSONString(dst, query)
+	dst = append(dst, `,"documents":`...)
+	dst = appendStrings(dst, docs)
+	return append(dst, '}')
 }
 
 func (a *auxCall) rerank(ctx *fasthttp.RequestCtx) error {
 	tei := a.ch.cfg.Aux.RerankShape == RerankTEI
-	var body []byte
-	var err error
 	// Every document is scored upstream and the cut to top_n is made
 	// here, so that ties at the cut fall by index whatever the upstream
 	// does with them.
-	if tei {
-		body, err = sonic.Marshal(&upstreamRerankTEI{Query: *a.req.Query, Texts: a.inputs})
-	} else {
-		body, err = sonic.Marshal(&upstreamRerankCohere{Model: a.up.cfg.Model, Query: *a.req.Query, Documents: a.inputs})
-	}
-	if err != nil {
-		return fmt.Errorf("cannot encode upstream rerank request: %w", err)
-	}
-	req := a.newRequest(body)
+	req := a.newRequest(nil)
 	defer fasthttp.ReleaseRequest(req)
+	b := req.SwapBody(nil)[:0]
+	req.SwapBody(appendRerankRequest(b, tei, a.up.cfg.Model, *a.req.Query, a.inputs))
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	if cerr := a.exchange(req, resp); cerr != nil {
 		return cerr
 	}
-	var scores []rerankScore
-	var usage int64
-	if tei {
-		if sonic.Unmarshal(resp.Body(), &scores) != nil {
-			return a.unreadable(req)
-		}
-	} else {
-		var r upstreamRerankResults
-		if sonic.Unmarshal(resp.Body(), &r) != nil {
-			return a.unreadable(req)
-		}
-		scores = r.Results
-		if r.Usage != nil {
-			usage = r.Usage.TotalTokens
-		}
-	}
-	if len(scores) != len(a.inputs) {
+	ranked, usage, ok := codec.ParseRerank(resp.Body(), len(a.inputs), tei, a.scoreBuf[:0])
+	if !ok {
 		return a.unreadable(req)
 	}
-	seen := make([]bool, len(a.inputs))
-	ranked := make([]rankedDoc, len(scores))
-	for i, s := range scores {
-		score := s.RelevanceScore
-		if tei {
-			score = s.Score
-		}
-		if s.Index == nil || *s.Index < 0 || *s.Index >= len(seen) || seen[*s.Index] || score == nil {
-			return a.unreadable(req)
-		}
-		seen[*s.Index] = true
-		ranked[i] = rankedDoc{index: *s.Index, score: *score}
-	}
 	a.up.Breaker.Success()
-	slices.SortFunc(ranked, func(x, y rankedDoc) int {
+	slices.SortFunc(ranked, func(x, y codec.RerankScore) int {
 		switch {
-		case x.score > y.score:
+		case x.Score > y.Score:
 			return -1
-		case x.score < y.score:
+		case x.Score < y.Score:
 			return 1
 		}
-		return x.index - y.index
+		return x.Index - y.Index
 	})
 	if usage <= 0 {
 		usage = int64(tokens.Count(*a.req.Query))
@@ -612,7 +592,7 @@ func (a *auxCall) rerank(ctx *fasthttp.RequestCtx) error {
 	}
 	a.bill(usage, 0)
 
-	out := make([]byte, 0, 128+a.topN*48)
+	out := auxBody(ctx, 128+a.topN*48)
 	out = append(out, `{"model":`...)
 	out = codec.AppendJSONString(out, a.up.Tier.Name)
 	out = append(out, `,"results":[`...)
@@ -621,9 +601,9 @@ func (a *auxCall) rerank(ctx *fasthttp.RequestCtx) error {
 			out = append(out, ',')
 		}
 		out = append(out, `{"index":`...)
-		out = strconv.AppendInt(out, int64(r.index), 10)
+		out = strconv.AppendInt(out, int64(r.Index), 10)
 		out = append(out, `,"relevance_score":`...)
-		out = strconv.AppendFloat(out, r.score, 'g', -1, 64)
+		out = strconv.AppendFloat(out, r.Score, 'g', -1, 64)
 		out = append(out, '}')
 	}
 	out = append(out, `],"usage":{"total_tokens":`...)

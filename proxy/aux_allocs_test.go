@@ -16,9 +16,9 @@ func TestAuxRequestAllocationBudget(t *testing.T) {
 		canned           []byte
 		budget           float64
 	}{
-		{"embeddings", "/api/v1/embeddings", `{"model":"gw-embed","input":` + auxInputs() + `}`, cannedEmbeddings(), 56},
-		{"rerank", "/api/v1/rerank", `{"model":"gw-rerank","query":"lorem ipsum","documents":` + auxInputs() + `}`, []byte(cannedRerank), 67},
-		{"moderation", "/api/v1/moderations", `{"model":"gw-guard","input":"lorem ipsum dolor sit amet"}`, []byte(cannedGuard), 30},
+		{"embeddings", "/api/v1/embeddings", `{"model":"gw-embed","input":` + auxInputs() + `}`, cannedEmbeddings(), 7},
+		{"rerank", "/api/v1/rerank", `{"model":"gw-rerank","query":"lorem ipsum","documents":` + auxInputs() + `}`, []byte(cannedRerank), 8},
+		{"moderation", "/api/v1/moderations", `{"model":"gw-guard","input":"lorem ipsum dolor sit amet"}`, []byte(cannedGuard), 13},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

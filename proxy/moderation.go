@@ -95,15 +95,23 @@ func parseGuard(text string) (v guardVerdict, ok bool) {
 	if strings.ContainsAny(rest, "\n\r") {
 		return v, false
 	}
-	for _, c := range strings.Split(rest, ",") {
-		c = strings.ToUpper(strings.TrimSpace(c))
-		if len(c) < 2 || len(c) > 3 || c[0] != 'S' {
+	for more := true; more; {
+		var c string
+		c, rest, more = strings.Cut(rest, ",")
+		c = strings.TrimSpace(c)
+		if len(c) < 2 || len(c) > 3 || c[0]|0x20 != 's' {
 			return v, false
 		}
-		n, err := strconv.Atoi(c[1:])
-		if err != nil || n < 1 || c[1] == '0' {
+		if c[1] < '1' || c[1] > '9' || len(c) == 3 && c[2]-'0' > 9 {
 			return v, false
 		}
+		n := int(c[1] - '0')
+		if len(c) == 3 {
+			n = 10*n + int(c[2]-'0')
+		}
+		// The code's own string, never a view of the reply's bytes,
+		// which go back to their pool before the answer is written.
+		c = hazardCodes[n]
 		if !slices.Contains(v.codes, c) {
 			v.codes = append(v.codes, c)
 			v.cats |= hazardBits[c]
@@ -111,6 +119,15 @@ func parseGuard(text string) (v guardVerdict, ok bool) {
 	}
 	return v, true
 }
+
+// hazardCodes[n] is the hazard code Sn, for the one or two digits a code
+// has.
+var hazardCodes = func() (out [100]string) {
+	for n := 1; n < len(out); n++ {
+		out[n] = "S" + strconv.Itoa(n)
+	}
+	return out
+}()
 
 // appendModerationResult appends one result: flagged, every category as
 // a boolean, every score 1 or 0, and, when flagged and withGW, gw with
@@ -153,17 +170,32 @@ func appendModerationResult(dst []byte, v *guardVerdict, withGW bool) []byte {
 	return append(dst, '}')
 }
 
-// guardRequest is the chat request one input is judged with.
-type guardRequest struct {
-	Model       string         `json:"model"`
-	Messages    []guardMessage `json:"messages"`
-	MaxTokens   int            `json:"max_tokens"`
-	Temperature float64        `json:"temperature"`
+// appendGuardRequest appends the guard's chat request judging input.
+func appendGuardRequest(dst []byte, model string, maxTokens int, input string) []byte {
+	dst = append(dst, `{"model":`...)
+	dst = codec.AppendJSONString(dst, model)
+	dst = append(dst, `,"messages":[{"role":"user","content":`...)
+	dst = codec.AppendJSONString(dst, input)
+	dst = append(dst, `}],"max_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(maxTokens), 10)
+	return append(dst, `,"temperature":0}`...)
 }
 
-type guardMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+// readGuard reads body, the guard's chat completion, into c and as a
+// verdict; text is the reply's content, which may be a view of body. ok is
+// false when the body is not a completion or its content not a verdict: a
+// verdict cut at the token budget may have lost codes, so it is not one.
+func readGuard(body []byte, c *codec.Completion) (v guardVerdict, text string, ok bool) {
+	if codec.ParseCompletion(body, c) != nil || c.Error != nil || string(c.FinishReason) == "length" {
+		return v, "", false
+	}
+	if text, ok = codec.StringLiteralView(c.Content); !ok {
+		if len(c.Content) == 0 || sonic.UnmarshalString(codec.BytesView(c.Content), &text) != nil {
+			return v, "", false
+		}
+	}
+	v, ok = parseGuard(text)
+	return v, text, ok
 }
 
 // judged is one input's outcome.
@@ -185,7 +217,7 @@ func (a *auxCall) moderate(ctx *fasthttp.RequestCtx) error {
 	}
 	a.bill(in, out)
 
-	b := make([]byte, 0, 64+len(results)*420)
+	b := auxBody(ctx, 64+len(results)*420)
 	b = append(b, `{"id":"modr-`...)
 	b = append(b, a.rid...)
 	b = append(b, `","model":`...)
@@ -206,6 +238,13 @@ func (a *auxCall) moderate(ctx *fasthttp.RequestCtx) error {
 // and is returned. A reply the gateway cannot read as a verdict is
 // retried like an upstream failure and then answered 503.
 func (a *auxCall) judgeAll() ([]judged, *codec.Error) {
+	if len(a.inputs) == 1 { // the common case, without a goroutine
+		r := make([]judged, 1)
+		if r[0] = a.judge(a.inputs[0]); r[0].err != nil {
+			return nil, r[0].err
+		}
+		return r, nil
+	}
 	results := make([]judged, len(a.inputs))
 	sem := make(chan struct{}, a.ch.cfg.Aux.GuardConcurrency)
 	var failed atomic.Bool
@@ -238,13 +277,10 @@ func (a *auxCall) judgeAll() ([]judged, *codec.Error) {
 // maps failures as chat's does; an unreadable verdict is retried up to the
 // tier's Retries more times, then answered as an upstream failure.
 func (a *auxCall) judge(input string) judged {
-	body, err := sonic.Marshal(&guardRequest{Model: a.up.cfg.Model, MaxTokens: a.up.Tier.MaxOutput,
-		Messages: []guardMessage{{Role: "user", Content: input}}})
-	if err != nil {
-		return judged{err: codec.ErrInternal}
-	}
-	req := a.newRequest(body)
+	req := a.newRequest(nil)
 	defer fasthttp.ReleaseRequest(req)
+	b := req.SwapBody(nil)[:0]
+	req.SwapBody(appendGuardRequest(b, a.up.cfg.Model, a.up.Tier.MaxOutput, input))
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	backoff := a.up.cfg.Backoff
@@ -253,21 +289,16 @@ func (a *auxCall) judge(input string) judged {
 			return judged{err: cerr}
 		}
 		var c codec.Completion
-		// A verdict cut at the token budget may have lost codes: not one.
-		if codec.ParseCompletion(resp.Body(), &c) == nil && c.Error == nil && string(c.FinishReason) != "length" {
-			if text, ok := unquote(c.Content); ok {
-				if v, ok := parseGuard(string(text)); ok {
-					a.up.Breaker.Success()
-					j := judged{v: v}
-					if c.HasUsage {
-						j.in, j.out = c.Usage.PromptTokens, c.Usage.CompletionTokens
-					} else {
-						j.in = int64(tokens.CountChat([]tokens.Message{{Role: "user", Content: input}}, nil))
-						j.out = int64(tokens.Count(string(text)))
-					}
-					return j
-				}
+		if v, text, ok := readGuard(resp.Body(), &c); ok {
+			a.up.Breaker.Success()
+			j := judged{v: v}
+			if c.HasUsage {
+				j.in, j.out = c.Usage.PromptTokens, c.Usage.CompletionTokens
+			} else {
+				j.in = int64(tokens.CountChat([]tokens.Message{{Role: "user", Content: input}}, nil))
+				j.out = int64(tokens.Count(text))
 			}
+			return j
 		}
 		if attempt >= a.up.cfg.Retries {
 			a.ch.cfg.Log.Warn("guard reply is not a verdict", "request_id", string(a.rid), "tier", a.up.Tier.Name,

@@ -117,7 +117,8 @@
 // Embeddings and rerank read the same directives in their inputs (every
 // input, or the query), honouring status, fail_first and the faults that
 // fail a whole request (reset, hang, rate_limited, rate_limited_bare,
-// context_length, content_filter).
+// context_length, content_filter), and ttft_ms as the time before the
+// answer.
 //
 // # Guard
 //

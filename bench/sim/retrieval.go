@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/bytedance/sonic"
@@ -63,7 +64,7 @@ func (s *Server) embeddings(ctx *fasthttp.RequestCtx) {
 	for _, in := range inputs {
 		n += tokens.Count(in)
 	}
-	if s.applyErrors(ctx, &d, hashBytes(body)^s.cfg.Seed, n, 0) {
+	if s.applyErrors(ctx, &d, hashBytes(body)^s.cfg.Seed, n, 0) || !s.wait(ctx, &d) {
 		return
 	}
 
@@ -255,7 +256,7 @@ func (s *Server) rerank(ctx *fasthttp.RequestCtx) {
 	for _, doc := range docs {
 		n += tokens.Count(doc)
 	}
-	if s.applyErrors(ctx, &d, hashBytes(body)^s.cfg.Seed, n, 0) {
+	if s.applyErrors(ctx, &d, hashBytes(body)^s.cfg.Seed, n, 0) || !s.wait(ctx, &d) {
 		return
 	}
 
@@ -378,3 +379,19 @@ const (
 	fnvOffset = 14695981039346656037
 	fnvPrime  = 1099511628211
 )
+
+// wait holds an embeddings or rerank answer for the ttft_ms directive's
+// time. It reports false, having answered 503, when the server shuts down
+// meanwhile.
+func (s *Server) wait(ctx *fasthttp.RequestCtx, d *directives) bool {
+	if !d.hasTTFT || d.ttft <= 0 {
+		return true
+	}
+	t := time.NewTimer(d.ttft)
+	defer t.Stop()
+	if !s.sleep(t, d.ttft) {
+		statusError(ctx, fasthttp.StatusServiceUnavailable)
+		return false
+	}
+	return true
+}

@@ -511,7 +511,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	if mailer != nil {
 		a.api.Outbox = mailer
 	}
-	if a.status, err = a.newStatus(st.Status, ups); err != nil {
+	if a.status, err = a.newStatus(st.Status, ups, st.RerankShape); err != nil {
 		a.shutdown()
 		return nil, fmt.Errorf("config: %w", err)
 	}

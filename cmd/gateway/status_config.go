@@ -34,11 +34,10 @@ type statusComponentFile struct {
 	Prompt                *string        `yaml:"prompt"`
 }
 
-// auxComponents are the auxiliary tiers of the status document. The probe
-// is a chat completion, which their upstreams (embeddings, rerank, the
-// guard's verdicts) do not answer in that shape, so they are not probed:
-// their rows are unknown with reason not_configured.
-var auxComponents = []string{"gw-embed", "gw-rerank", "gw-guard"}
+// auxComponents are the auxiliary tiers of the status document, each
+// probed in its route's shape: one embeddings input, a rerank query with
+// one document, one guard verdict.
+var auxComponents = []string{hotpath.TierEmbed, hotpath.TierRerank, hotpath.TierGuard}
 
 // statusSettings is the status: section resolved over the tiers.
 type statusSettings struct {
@@ -103,16 +102,17 @@ func loadStatus(f statusFile, tiers []hotpath.Tier) (statusSettings, error) {
 	return s, nil
 }
 
-// newStatus builds the status prober over the chat upstreams. Breakers are
-// reported under a process id of host name, pid and a random suffix.
-func (a *app) newStatus(st statusSettings, ups map[string]*proxy.Upstream) (*control.Status, error) {
+// newStatus builds the status prober over the upstreams: a chat tier is
+// probed with a chat completion, an auxiliary tier in its route's shape
+// (rerankShape is the rerank tier's wire). Breakers are reported under a
+// process id of host name, pid and a random suffix.
+func (a *app) newStatus(st statusSettings, ups map[string]*proxy.Upstream, rerankShape string) (*control.Status, error) {
 	s := &control.Status{DB: a.db, Log: a.log, BreakerEvery: st.BreakerEvery, Metrics: a.metrics,
 		ReadEvery: a.cfg.StatusReadEvery}
 	for _, cs := range st.Components {
 		c := cs.StatusComponent
-		if up := ups[c.Name]; up != nil && cs.Enabled && c.Kind == control.KindChat {
-			prompt := cs.Prompt
-			c.Probe = func(ctx context.Context) error { return up.Probe(ctx, prompt) }
+		if up := ups[c.Name]; up != nil && cs.Enabled {
+			c.Probe = probeOf(c, up, cs.Prompt, rerankShape)
 		}
 		s.Components = append(s.Components, c)
 	}
@@ -125,6 +125,19 @@ func (a *app) newStatus(st statusSettings, ups map[string]*proxy.Upstream) (*con
 	}
 	s.ProcessID = processID()
 	return s, s.Validate()
+}
+
+// probeOf is the probe of component c on its upstream.
+func probeOf(c control.StatusComponent, up *proxy.Upstream, prompt, rerankShape string) func(context.Context) error {
+	switch c.Name {
+	case hotpath.TierEmbed:
+		return func(ctx context.Context) error { return up.ProbeEmbeddings(ctx, prompt) }
+	case hotpath.TierRerank:
+		return func(ctx context.Context) error { return up.ProbeRerank(ctx, rerankShape, prompt, proxy.ProbeDocument) }
+	case hotpath.TierGuard:
+		return func(ctx context.Context) error { return up.ProbeGuard(ctx, prompt) }
+	}
+	return func(ctx context.Context) error { return up.Probe(ctx, prompt) }
 }
 
 func processID() string {

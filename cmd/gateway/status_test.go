@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"os"
@@ -55,7 +56,9 @@ status:
     kavi:  {interval: 10s}
     vaani: {interval: 10s, prompt: "ping [[sim:ttft_ms=300]]", latency_slow_above_ms: 100, latency_degrade_above_ms: 60000}
     mira:  {interval: 10s, timeout: 5s, prompt: "ping [[sim:status=500]]"}
-    gw-guard: {enabled: false}
+    gw-embed:  {enabled: false}
+    gw-rerank: {enabled: false}
+    gw-guard:  {enabled: false}
 `), 0o600))
 	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = cfgPath; c.StatusProbes = false; c.StatusReadEvery = 0 })
 	clk := &fakeClock{}
@@ -85,6 +88,7 @@ status:
 	require.EqualValues(t, 2500, got["kavi"]["latency_target_ms"])
 	require.EqualValues(t, 400, got["mira"]["latency_target_ms"])
 	for _, aux := range []string{"gw-embed", "gw-rerank", "gw-guard"} {
+		// Disabled: not probed, whatever binds them.
 		require.Equal(t, "aux", got[aux]["kind"])
 		require.Equal(t, "unknown", got[aux]["status"])
 		require.Equal(t, "not_configured", got[aux]["reason"])
@@ -120,6 +124,86 @@ status:
 		require.Equal(t, "not_measured_recently", got[name]["reason"], name)
 		require.EqualValues(t, 31, got[name]["age_seconds"], name)
 	}
+}
+
+// The auxiliary tiers are probed in their routes' shapes against a
+// simulator: embeddings healthy, rerank slow, the guard failing, each
+// through the verdict rules of chat rows but without latency_target_ms or
+// a breaker. The probes are counted in gateway_status_probes_total only:
+// no ledger row, no breaker failure.
+func TestStatusProbesAuxTiersAgainstSimulator(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := sim.New(sim.Config{})
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Shutdown)
+
+	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(`
+providers:
+  simnet:
+    base_url: http://`+ln.Addr().String()+`/v1
+aux_tiers:
+  gw-embed:  {provider: simnet, upstream_model: sim-embed}
+  gw-rerank: {provider: simnet, upstream_model: sim-rerank}
+  gw-guard:  {provider: simnet, upstream_model: guard-sim}
+status:
+  components:
+    kavi:  {enabled: false}
+    vaani: {enabled: false}
+    mira:  {enabled: false}
+    gw-embed:  {interval: 10s}
+    gw-rerank: {interval: 10s, prompt: "ping [[sim:ttft_ms=300]]", latency_slow_above_ms: 100, latency_degrade_above_ms: 60000}
+    gw-guard:  {interval: 10s, timeout: 5s, prompt: "ping [[sim:status=500]]"}
+`), 0o600))
+	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = cfgPath; c.StatusProbes = false; c.StatusReadEvery = 0 })
+	clk := &fakeClock{}
+	clk.ns.Store(time.Now().UnixNano())
+	ta.status.Now = clk.Now
+	ctx := context.Background()
+
+	r := ta.call(t, "GET", "/api/status", "", nil)
+	require.Equal(t, 503, r.status, "no model component measured yet")
+	require.Equal(t, "never_measured", rows(t, r)["gw-embed"]["reason"])
+
+	_, err = ta.status.RunOnce(ctx)
+	require.NoError(t, err)
+	r = ta.call(t, "GET", "/api/status", "", nil)
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	got := rows(t, r)
+	require.Equal(t, "healthy", got["gw-embed"]["status"], "%v", got["gw-embed"])
+	require.Equal(t, "degraded", got["gw-rerank"]["status"], "%v", got["gw-rerank"])
+	require.Equal(t, "latest_probe_slow", got["gw-rerank"]["reason"])
+	require.GreaterOrEqual(t, got["gw-rerank"]["latency_ms"], float64(300))
+	require.Equal(t, "degraded", got["gw-guard"]["status"], "a first failure is not yet down")
+	require.Equal(t, "latest_probe_failed", got["gw-guard"]["reason"])
+	for _, aux := range []string{"gw-embed", "gw-rerank", "gw-guard"} {
+		require.Equal(t, "aux", got[aux]["kind"])
+		require.NotContains(t, got[aux], "latency_target_ms", "only chat rows carry it")
+		require.NotContains(t, got[aux], "breaker", "no breaker rule on aux rows")
+	}
+	for _, chat := range []string{"kavi", "vaani", "mira"} {
+		require.Equal(t, "not_configured", got[chat]["reason"], chat)
+	}
+	require.NotContains(t, string(r.raw), "sim-embed", "upstream models never show")
+
+	clk.Add(10 * time.Second)
+	_, err = ta.status.RunOnce(ctx)
+	require.NoError(t, err)
+	got = rows(t, ta.call(t, "GET", "/api/status", "", nil))
+	require.Equal(t, "down", got["gw-guard"]["status"], "the latest two probes failed")
+	require.Equal(t, "latest_probes_failed", got["gw-guard"]["reason"])
+	require.Equal(t, "healthy", got["gw-embed"]["status"])
+
+	// Two probes per component, counted as probes and nowhere else: the
+	// guard's failures did not move its breaker.
+	var page bytes.Buffer
+	ta.metrics.WritePrometheus(&page)
+	m := page.String()
+	require.Contains(t, m, `gateway_status_probes_total{component="gw-embed",outcome="ok"} 2`)
+	require.Contains(t, m, `gateway_status_probes_total{component="gw-rerank",outcome="ok"} 2`)
+	require.Contains(t, m, `gateway_status_probes_total{component="gw-guard",outcome="failed"} 2`)
+	require.Contains(t, m, `gateway_breaker_state{tier="gw-guard"} 0`)
 }
 
 // The breaker of one process that withholds a tier's traffic degrades the
