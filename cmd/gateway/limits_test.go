@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -76,7 +77,7 @@ func testLimitsRouteReadsWhatIsEnforced(t *testing.T, n int) {
 	// The settlement follows the answer (off its path with Redis): read
 	// until it has landed.
 	r = settledLimits(t, f, token, func(b map[string]any) bool {
-		return b["key_spend_cap"].(map[string]any)["spent"].(float64) == cost
+		return math.Abs(b["key_spend_cap"].(map[string]any)["spent"].(float64)-cost) < 1e-12
 	})
 	perKey = r.body["rate_limits"].(map[string]any)["chat"].(map[string]any)["per_key"].(map[string]any)
 	require.Equal(t, float64(599), perKey["remaining"])
@@ -87,7 +88,7 @@ func testLimitsRouteReadsWhatIsEnforced(t *testing.T, n int) {
 	require.InDelta(t, cost, spend["spent"], 1e-12)
 	require.InDelta(t, 12.5-cost, spend["remaining"], 1e-12)
 	r = settledLimits(t, f, token, func(b map[string]any) bool {
-		return b["workspace_spend_cap"].(map[string]any)["spent"].(float64) == cost
+		return math.Abs(b["workspace_spend_cap"].(map[string]any)["spent"].(float64)-cost) < 1e-12
 	})
 	require.InDelta(t, cost, r.body["workspace_spend_cap"].(map[string]any)["spent"], 1e-12)
 
