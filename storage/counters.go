@@ -87,6 +87,11 @@ const counterSeedTimeout = 5 * time.Second
 // leaseRenewBatch is the most leases one renewal script re-scores.
 const leaseRenewBatch = 500
 
+// maxAbandonedRelease is the most abandoned leases one renewal round
+// removes: while Redis is unreachable they pile up at the rate of
+// admissions, and those left over expire by themselves.
+const maxAbandonedRelease = 10 * leaseRenewBatch
+
 // RedisCounters is the Redis meter.Counters. Close stops its renewer.
 type RedisCounters struct {
 	client   rueidis.Client
@@ -493,13 +498,15 @@ func (c *RedisCounters) releaseAbandoned(run context.Context) {
 		c.mu.Unlock()
 		return
 	}
-	leases := make([]meter.Lease, 0, len(c.abandoned))
+	leases := make([]meter.Lease, 0, min(len(c.abandoned), maxAbandonedRelease))
 	for l, at := range c.abandoned {
 		if time.Since(at) >= c.leaseTTL {
 			delete(c.abandoned, l)
 			continue
 		}
-		leases = append(leases, l)
+		if len(leases) < maxAbandonedRelease {
+			leases = append(leases, l)
+		}
 	}
 	c.mu.Unlock()
 	if len(leases) == 0 {
