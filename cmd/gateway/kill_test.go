@@ -149,60 +149,10 @@ func TestKilledProcessLosesNoRowAndItsLeasesComeBack(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	// (a) The ledger: every request the victim answered before the window
-	// has its row; the survivors' rows all arrive.
-	conn, err := pgx.Connect(context.Background(), dbURL)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	rowsOf := func(ids []string) map[string]int {
-		rows, err := conn.Query(context.Background(), "select request_id, status from request_log where request_id = any($1)", ids)
-		require.NoError(t, err)
-		got := map[string]int{}
-		for rows.Next() {
-			var id string
-			var status int
-			require.NoError(t, rows.Scan(&id, &status))
-			require.Equal(t, 200, status, "request %s", id)
-			got[id]++
-		}
-		require.NoError(t, rows.Err())
-		return got
-	}
-	var mustVictim, windowVictim, mustSurvivors []string
-	for _, r := range reqs {
-		switch {
-		case r.acked.IsZero():
-		case r.proc != 0:
-			mustSurvivors = append(mustSurvivors, r.id)
-		case kill.Sub(r.acked) > killLedgerWindow:
-			mustVictim = append(mustVictim, r.id)
-		default:
-			windowVictim = append(windowVictim, r.id)
-		}
-	}
-	require.NotEmpty(t, mustVictim)
-	got := rowsOf(mustVictim)
-	for _, id := range mustVictim {
-		require.Equal(t, 1, got[id], "the victim answered %s %v before it was killed, and its row is not in the ledger", id, killLedgerWindow)
-	}
-	inWindow := rowsOf(windowVictim)
-	var lostAge time.Duration // the oldest answer whose row died with the process
-	for _, r := range reqs {
-		if r.proc == 0 && !r.acked.IsZero() && inWindow[r.id] == 0 && slices.Contains(windowVictim, r.id) {
-			lostAge = max(lostAge, kill.Sub(r.acked))
-		}
-	}
-	require.Eventually(t, func() bool { return len(rowsOf(mustSurvivors)) == len(mustSurvivors) }, 10*time.Second, 50*time.Millisecond,
-		"a survivor's answered request has no ledger row")
-	for id, n := range rowsOf(mustSurvivors) {
-		require.Equal(t, 1, n, "request %s has %d rows", id, n)
-	}
-	t.Logf("ledger: %d rows of the victim's answers before the window, %d of %d in its last %v (the oldest lost answered %v before the kill), %d of the survivors'",
-		len(mustVictim), len(inWindow), len(windowVictim), killLedgerWindow, lostAge.Round(time.Millisecond), len(mustSurvivors))
-
-	// (b) The leases. The survivors' own load has ended; once its releases
-	// are done the set holds the victim's leases alone: its held streams
-	// and whatever load it was serving when it died.
+	// The leases first: the check that they still count must come before
+	// the first of them expires. The survivors' own load has ended; once
+	// its releases are done the set holds the victim's leases alone: its
+	// held streams and whatever load it was serving when it died.
 	var dead []lease
 	require.Eventually(t, func() bool {
 		dead = dead[:0]
@@ -253,6 +203,59 @@ func TestKilledProcessLosesNoRowAndItsLeasesComeBack(t *testing.T) {
 	}
 	require.Nil(t, holdStream(t, survivor(0), tn.key), "the survivors hold the whole ceiling")
 	t.Logf("lease time %v; the victim answered %d requests and held %d slots when it died", meter.LeaseTTL, acked(0), len(dead))
+
+	// The ledger: every request the victim answered before the window
+	// has its row; the survivors' rows all arrive.
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	rowsOf := func(ids []string) map[string]int {
+		rows, err := conn.Query(context.Background(), "select request_id, status from request_log where request_id = any($1)", ids)
+		require.NoError(t, err)
+		got := map[string]int{}
+		for rows.Next() {
+			var id string
+			var status int
+			require.NoError(t, rows.Scan(&id, &status))
+			require.Equal(t, 200, status, "request %s", id)
+			got[id]++
+		}
+		require.NoError(t, rows.Err())
+		return got
+	}
+	var mustVictim, windowVictim, mustSurvivors []string
+	for _, r := range reqs {
+		switch {
+		case r.acked.IsZero():
+		case r.proc != 0:
+			mustSurvivors = append(mustSurvivors, r.id)
+		case kill.Sub(r.acked) > killLedgerWindow:
+			mustVictim = append(mustVictim, r.id)
+		default:
+			windowVictim = append(windowVictim, r.id)
+		}
+	}
+	require.NotEmpty(t, mustVictim)
+	got := rowsOf(mustVictim)
+	for _, id := range mustVictim {
+		require.Equal(t, 1, got[id], "the victim answered %s %v before it was killed, and its row is not in the ledger", id, killLedgerWindow)
+	}
+	inWindow := rowsOf(windowVictim)
+	lost := "none lost"
+	var lostAge time.Duration // the oldest answer whose row died with the process
+	for _, r := range reqs {
+		if r.proc == 0 && !r.acked.IsZero() && inWindow[r.id] == 0 && slices.Contains(windowVictim, r.id) {
+			lostAge = max(lostAge, kill.Sub(r.acked))
+			lost = fmt.Sprintf("the oldest lost was answered %v before the kill", lostAge.Round(time.Millisecond))
+		}
+	}
+	require.Eventually(t, func() bool { return len(rowsOf(mustSurvivors)) == len(mustSurvivors) }, 10*time.Second, 50*time.Millisecond,
+		"a survivor's answered request has no ledger row")
+	for id, n := range rowsOf(mustSurvivors) {
+		require.Equal(t, 1, n, "request %s has %d rows", id, n)
+	}
+	t.Logf("ledger: %d rows of the victim's answers before the window, %d of %d in its last %v (%s), %d of the survivors'",
+		len(mustVictim), len(inWindow), len(windowVictim), killLedgerWindow, lost, len(mustSurvivors))
 }
 
 // streamOnce sends one short stream to addr and reports whether it
