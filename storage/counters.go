@@ -51,7 +51,10 @@ package storage
 // What errs, and which way: the first use of a budget counter in a period
 // costs three more round trips (EXISTS, the seed write, the retry). A call
 // that times out after Redis ran it stays counted, so an unmetered request
-// may still use up budget: over-counting, never overshooting. A counter
+// may still use up budget: over-counting, never overshooting. The lease such
+// an admission may have taken (or a release that was not answered may have
+// left) is removed by the renewer on its next round, within a third of the
+// lease TTL, rather than holding the key's slot for the whole TTL. A counter
 // rebuilt while requests it reserved for are in flight lacks them until the
 // ledger records them; settling them then never takes it below zero.
 
@@ -84,6 +87,11 @@ const counterSeedTimeout = 5 * time.Second
 // leaseRenewBatch is the most leases one renewal script re-scores.
 const leaseRenewBatch = 500
 
+// maxAbandonedRelease is the most abandoned leases one renewal round
+// removes: while Redis is unreachable they pile up at the rate of
+// admissions, and those left over expire by themselves.
+const maxAbandonedRelease = 10 * leaseRenewBatch
+
 // RedisCounters is the Redis meter.Counters. Close stops its renewer.
 type RedisCounters struct {
 	client   rueidis.Client
@@ -98,6 +106,11 @@ type RedisCounters struct {
 
 	mu   sync.Mutex
 	held map[meter.Lease]struct{} // this process's live leases
+	// abandoned are leases a failed call may have left in Redis: an
+	// admission Redis ran but answered too late, a release that was not
+	// answered. Nobody renews them; the renewer removes them on its next
+	// round, or they expire, and it forgets them after a lease time.
+	abandoned map[meter.Lease]time.Time
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -145,16 +158,17 @@ func NewRedisCounters(cfg RedisCountersConfig) *RedisCounters {
 	_, _ = rand.Read(id[:])
 	ctx, stop := context.WithCancel(context.Background())
 	c := &RedisCounters{
-		client:   cfg.Client,
-		prefix:   cfg.Prefix,
-		seeder:   cfg.Seeder,
-		log:      cfg.Log,
-		leaseTTL: cfg.LeaseTTL,
-		timeout:  cfg.CallTimeout,
-		idPrefix: hex.EncodeToString(id[:]) + "-",
-		held:     make(map[meter.Lease]struct{}),
-		stop:     stop,
-		done:     make(chan struct{}),
+		client:    cfg.Client,
+		prefix:    cfg.Prefix,
+		seeder:    cfg.Seeder,
+		log:       cfg.Log,
+		leaseTTL:  cfg.LeaseTTL,
+		timeout:   cfg.CallTimeout,
+		idPrefix:  hex.EncodeToString(id[:]) + "-",
+		held:      make(map[meter.Lease]struct{}),
+		abandoned: make(map[meter.Lease]time.Time),
+		stop:      stop,
+		done:      make(chan struct{}),
 	}
 	go c.renew(ctx)
 	return c
@@ -392,6 +406,16 @@ func (c *RedisCounters) forget(l meter.Lease) {
 	c.mu.Unlock()
 }
 
+// abandon hands the renewer a lease that a failed call may have left in
+// Redis, to remove on its next round: a call that timed out after Redis ran
+// it would otherwise hold one of the key's slots fleet-wide for the whole
+// lease time while its request runs unmetered.
+func (c *RedisCounters) abandon(l meter.Lease) {
+	c.mu.Lock()
+	c.abandoned[l] = time.Now()
+	c.mu.Unlock()
+}
+
 // renew re-scores this process's live leases every third of the TTL until
 // Close.
 func (c *RedisCounters) renew(run context.Context) {
@@ -409,6 +433,7 @@ func (c *RedisCounters) renew(run context.Context) {
 }
 
 func (c *RedisCounters) renewOnce(run context.Context) {
+	c.releaseAbandoned(run)
 	c.mu.Lock()
 	leases := make([]meter.Lease, 0, len(c.held))
 	for l := range c.held {
@@ -459,6 +484,47 @@ func (c *RedisCounters) renewOnce(run context.Context) {
 		// unreachable for a whole TTL, or lost its data): other processes
 		// may use those slots until the requests end.
 		c.warn("concurrency leases expired while held", "lost", lost)
+	}
+}
+
+// releaseAbandoned removes the abandoned leases from Redis in one
+// pipelined round trip. A lease Redis never took, or that expired, is
+// removed by nobody's loss. Those it cannot remove now are tried again on
+// the next round, until a lease time has passed since they were abandoned:
+// by then they have expired.
+func (c *RedisCounters) releaseAbandoned(run context.Context) {
+	c.mu.Lock()
+	if len(c.abandoned) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	leases := make([]meter.Lease, 0, min(len(c.abandoned), maxAbandonedRelease))
+	for l, at := range c.abandoned {
+		if time.Since(at) >= c.leaseTTL {
+			delete(c.abandoned, l)
+			continue
+		}
+		if len(leases) < maxAbandonedRelease {
+			leases = append(leases, l)
+		}
+	}
+	c.mu.Unlock()
+	if len(leases) == 0 {
+		return
+	}
+	cmds := make(rueidis.Commands, len(leases))
+	for i, l := range leases {
+		cmds[i] = c.client.B().Zrem().Key(c.leaseKey(l.Key)).Member(l.ID).Build()
+	}
+	ctx, cancel := context.WithTimeout(run, c.leaseTTL/3)
+	defer cancel()
+	res := c.client.DoMulti(ctx, cmds...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range res {
+		if r.Error() == nil {
+			delete(c.abandoned, leases[i])
+		}
 	}
 }
 
@@ -967,6 +1033,10 @@ func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *meter.Admis
 	for attempt := 0; ; attempt++ {
 		vals, err := c.exec(ctx, admitScript, keys, args)
 		if err != nil {
+			if nl == 1 {
+				// Redis may have run the script and taken the lease.
+				c.abandon(lease)
+			}
 			return meter.AdmitResult{}, countersDown("admit request", err)
 		}
 		outcome, err := vals[0].AsInt64()
@@ -1034,6 +1104,9 @@ func (c *RedisCounters) Finish(ctx context.Context, lease meter.Lease, r *meter.
 	ctx, cancel := c.detached(ctx)
 	defer cancel()
 	if err := finishScript.Exec(ctx, c.client, keys, args).Error(); err != nil {
+		if lease.ID != "" {
+			c.abandon(lease) // the release may not have run
+		}
 		return countersDown("finish request", err)
 	}
 	return nil

@@ -539,3 +539,108 @@ func BenchmarkRedisCounters(b *testing.B) {
 		b.Cleanup(func() { b.ReportMetric(float64(client.n.Load()-start)/float64(b.N), "roundtrips/op") })
 	})
 }
+
+// deafProxy forwards a client's commands to Redis but, while deaf, drops
+// Redis's answers: the commands run, and the client times out as if Redis
+// were too slow to answer.
+type deafProxy struct {
+	ln     net.Listener
+	target string
+	deaf   atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startDeafProxy(t *testing.T, target string) *deafProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &deafProxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.hangUp() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go p.pipe(up, c, false)
+			go p.pipe(c, up, true)
+		}
+	}()
+	return p
+}
+
+func (p *deafProxy) pipe(dst, src net.Conn, answers bool) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !(answers && p.deaf.Load()) {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// hangUp closes every connection (whose answers may have been dropped);
+// the client dials again.
+func (p *deafProxy) hangUp() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// An admission that Redis ran but whose answer came after the call's bound
+// is served unmetered; the lease it took is nobody's to renew or release.
+// It must not hold one of the key's slots fleet-wide for the whole lease
+// time: the process releases it at its next renewal.
+func TestRedisCountersReleaseTheLeaseOfATimedOutAdmission(t *testing.T) {
+	const ttl = 6 * time.Second
+	opt, err := rueidis.ParseURL(storetest.RedisURL(t))
+	require.NoError(t, err)
+	p := startDeafProxy(t, opt.InitAddress[0])
+	o := opt
+	o.InitAddress = []string{p.ln.Addr().String()}
+	o.DisableCache = true
+	client, err := rueidis.NewClient(o)
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	prefix := storetest.Prefix()
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, LeaseTTL: ttl,
+		CallTimeout: 100 * time.Millisecond})
+	t.Cleanup(c.Close)
+	requireCountersWork(t, c) // the scripts are loaded
+
+	direct := storetest.Redis(t)
+	inFlight := func() int64 {
+		n, err := direct.Do(context.Background(), direct.B().Zcard().Key(prefix+"lease:cc:k1").Build()).AsInt64()
+		require.NoError(t, err)
+		return n
+	}
+	p.deaf.Store(true)
+	_, err = c.Admit(context.Background(), time.Now(), &meter.Admission{LeaseKey: "cc:k1", LeaseLimit: 2}, new(meter.Reservation))
+	require.ErrorIs(t, err, meter.ErrCountersUnavailable)
+	failed := time.Now()
+	require.Equal(t, int64(1), inFlight(), "Redis ran the admission and took the lease")
+	p.deaf.Store(false)
+	p.hangUp()
+
+	require.Eventually(t, func() bool { return inFlight() == 0 }, 2*ttl/3, 20*time.Millisecond,
+		"the lease of an admission that timed out held its slot for the lease time")
+	t.Logf("released %v after the admission failed (lease time %v)", time.Since(failed).Round(time.Millisecond), ttl)
+}

@@ -15,10 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// target is where a client's requests go: one app, or a fleet's instance
+// whose turn it is.
+type target interface{ Addr() string }
+
 // convClient is one caller of the conversation routes: a member of an
 // organization with a key bound to it.
 type convClient struct {
-	ta     *testApp
+	ta     target
 	key    string
 	userID string
 	orgID  string
@@ -807,9 +811,17 @@ func TestConversationAppendRules(t *testing.T) {
 	})
 }
 
+// The idempotency suite runs over a fleet of one and of three: a retry on
+// any process replays, and concurrent retries spread over the fleet write
+// once.
 func TestConversationIdempotentAppend(t *testing.T) {
-	ta := startTestApp(t)
-	ada := convTenant(t, ta, "ada@example.com")
+	eachFleet(t, testConversationIdempotentAppend)
+}
+
+func testConversationIdempotentAppend(t *testing.T, n int) {
+	f := startFleet(t, n)
+	tn := newTenant(t, f.dbURL, "ada@example.com")
+	ada := convClient{ta: f, key: tn.key, userID: tn.userID, orgID: tn.orgID}
 	id := ada.create(t, nil)["id"].(string)
 	path := "/api/v1/conversations/" + id + "/messages"
 

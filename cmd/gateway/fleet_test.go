@@ -2,17 +2,20 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/bench/child"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
@@ -103,4 +106,81 @@ func TestRevocationReachesEveryProcess(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	t.Logf("revocation reached the other process in %v", took)
+}
+
+// fleetSizes are the sizes the limits and idempotency suites run over: one
+// process on its in-process stores (the single-process default) and three
+// on one Redis. Both sizes make the same assertions.
+var fleetSizes = []int{1, 3}
+
+// fleet is n gateway instances in this test process, each with its own
+// counters client, key cache, idempotency store and ledger writer, on one
+// PostgreSQL database and, when n > 1, one Redis: what n processes of a
+// deployment share. Requests go round-robin across the instances, as a
+// balancer sends them.
+type fleet struct {
+	apps  []*testApp
+	dbURL string
+	next  atomic.Uint64
+}
+
+// startFleet starts a fleet of n; mutate applies to every instance's
+// configuration after the fleet's own settings.
+func startFleet(t *testing.T, n int, mutate ...func(*serveConfig)) *fleet {
+	t.Helper()
+	f := &fleet{dbURL: storetest.DatabaseURL(t)}
+	redisURL := ""
+	if n > 1 {
+		redisURL = storetest.RedisURL(t)
+	}
+	shared := func(c *serveConfig) { c.DB.URL, c.RedisURL = f.dbURL, redisURL }
+	for range n {
+		f.apps = append(f.apps, startTestApp(t, append([]func(*serveConfig){shared}, mutate...)...))
+	}
+	return f
+}
+
+// eachFleet runs test once per fleet size, as subtests named after it.
+func eachFleet(t *testing.T, test func(t *testing.T, n int)) {
+	for _, n := range fleetSizes {
+		t.Run(fmt.Sprintf("processes=%d", n), func(t *testing.T) { test(t, n) })
+	}
+}
+
+// Addr is the address of the instance whose turn it is: each call moves
+// the turn on.
+func (f *fleet) Addr() string {
+	return f.apps[int((f.next.Add(1)-1)%uint64(len(f.apps)))].Addr()
+}
+
+// call sends one request to the instance whose turn it is.
+func (f *fleet) call(t *testing.T, method, path, key string, body any, headers ...string) resp {
+	t.Helper()
+	return call(t, f.Addr(), method, path, key, body, headers...)
+}
+
+// counters is the fleet's counter store, as any instance sees it.
+func (f *fleet) counters() meter.Counters { return f.apps[0].limits.Counters() }
+
+// TestRevocationAcrossFleet: a key revoked through one instance is refused
+// by that instance from the next request and by every other within a
+// second, though every instance had it cached.
+func TestRevocationAcrossFleet(t *testing.T) {
+	eachFleet(t, func(t *testing.T, n int) {
+		f := startFleet(t, n)
+		tn := newTenant(t, f.dbURL, "revoke@example.com")
+		for _, a := range f.apps {
+			require.Equal(t, 200, a.call(t, "GET", "/api/v1/me", tn.key, nil).status)
+		}
+		via, others := f.apps[0], f.apps[1:]
+		start := time.Now()
+		require.Equal(t, 204, via.call(t, "DELETE", "/api/v1/keys/"+tn.keyID, tn.key, nil).status)
+		require.Equal(t, 401, via.call(t, "GET", "/api/v1/me", tn.key, nil).status, "the revoking instance refuses at once")
+		for i, a := range others {
+			require.Eventually(t, func() bool { return a.call(t, "GET", "/api/v1/me", tn.key, nil).status == 401 },
+				max(time.Second-time.Since(start), 10*time.Millisecond), 2*time.Millisecond, "instance %d still accepts the revoked key", i+1)
+		}
+		r := f.call(t, "POST", "/api/v1/chat", tn.key, chatBody("Hello"))
+		require.Equal(t, 401, r.status, "chat is refused too: %s", r.raw)
+	})
 }

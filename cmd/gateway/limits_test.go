@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,16 +34,23 @@ func writePlans(t *testing.T, yaml string) string {
 	return p
 }
 
+// The limits suite runs over a fleet of one and of three (eachFleet), with
+// requests spread round-robin: every number holds fleet-wide.
+
 func TestLimitsRouteReadsWhatIsEnforced(t *testing.T) {
-	ta := startTestApp(t)
-	org := admin(t, ta.dbURL, "org", "create", "--name", "Acme")
-	user := admin(t, ta.dbURL, "user", "create", "--email", "lim@example.com", "--org", org["id"].(string))
-	ws := admin(t, ta.dbURL, "workspace", "create", "--org", org["id"].(string), "--name", "Ops", "--spend-cap-usd", "5")
-	key := admin(t, ta.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string),
+	eachFleet(t, testLimitsRouteReadsWhatIsEnforced)
+}
+
+func testLimitsRouteReadsWhatIsEnforced(t *testing.T, n int) {
+	f := startFleet(t, n)
+	org := admin(t, f.dbURL, "org", "create", "--name", "Acme")
+	user := admin(t, f.dbURL, "user", "create", "--email", "lim@example.com", "--org", org["id"].(string))
+	ws := admin(t, f.dbURL, "workspace", "create", "--org", org["id"].(string), "--name", "Ops", "--spend-cap-usd", "5")
+	key := admin(t, f.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string),
 		"--spend-cap-usd", "12.5", "--workspace", ws["id"].(string))
 	token := key["access_token"].(string)
 
-	r := ta.call(t, "GET", "/api/v1/limits", token, nil)
+	r := f.call(t, "GET", "/api/v1/limits", token, nil)
 	require.Equal(t, 200, r.status, "%s", r.raw)
 	require.Equal(t, "limits", r.body["object"])
 	require.Equal(t, "apikey", r.body["bucket"])
@@ -57,12 +69,16 @@ func TestLimitsRouteReadsWhatIsEnforced(t *testing.T) {
 	require.Equal(t, float64(5), r.body["workspace_spend_cap"].(map[string]any)["cap"])
 	require.Equal(t, "600", r.header.Get("X-RateLimit-Remaining"), "the route is checked, not counted")
 
-	c := ta.call(t, "POST", "/api/v1/chat", token, chatBody("Hello [[sim:tokens=5]]"))
+	c := f.call(t, "POST", "/api/v1/chat", token, chatBody("Hello [[sim:tokens=5]]"))
 	require.Equal(t, 200, c.status, "%s", c.raw)
 	cost := c.body["usage"].(map[string]any)["cost"].(map[string]any)["amount"].(float64)
 	require.Positive(t, cost)
 
-	r = ta.call(t, "GET", "/api/v1/limits", token, nil)
+	// The settlement follows the answer (off its path with Redis): read
+	// until it has landed.
+	r = settledLimits(t, f, token, func(b map[string]any) bool {
+		return math.Abs(b["key_spend_cap"].(map[string]any)["spent"].(float64)-cost) < 1e-12
+	})
 	perKey = r.body["rate_limits"].(map[string]any)["chat"].(map[string]any)["per_key"].(map[string]any)
 	require.Equal(t, float64(599), perKey["remaining"])
 	resets, err := time.Parse(time.RFC3339, perKey["resets_at"].(string))
@@ -71,11 +87,14 @@ func TestLimitsRouteReadsWhatIsEnforced(t *testing.T) {
 	spend := r.body["key_spend_cap"].(map[string]any)
 	require.InDelta(t, cost, spend["spent"], 1e-12)
 	require.InDelta(t, 12.5-cost, spend["remaining"], 1e-12)
+	r = settledLimits(t, f, token, func(b map[string]any) bool {
+		return math.Abs(b["workspace_spend_cap"].(map[string]any)["spent"].(float64)-cost) < 1e-12
+	})
 	require.InDelta(t, cost, r.body["workspace_spend_cap"].(map[string]any)["spent"], 1e-12)
 
 	// A signed-in key reports the subscription pools; a headless key its credit.
-	signed := admin(t, ta.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--kind", "signed_in")
-	r = ta.call(t, "GET", "/api/v1/limits", signed["access_token"].(string), nil)
+	signed := admin(t, f.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--kind", "signed_in")
+	r = f.call(t, "GET", "/api/v1/limits", signed["access_token"].(string), nil)
 	require.Equal(t, "subscription", r.body["bucket"])
 	require.NotContains(t, r.body, "metered")
 	pool := r.body["token_pool"].(map[string]any)
@@ -89,16 +108,31 @@ func TestLimitsRouteReadsWhatIsEnforced(t *testing.T) {
 	}
 	require.Nil(t, pool["burst"].(map[string]any)["resets_at"])
 
-	headless := admin(t, ta.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string),
+	headless := admin(t, f.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string),
 		"--kind", "headless", "--credits-usd", "3")
-	admin(t, ta.dbURL, "key", "adjust-credits", "--key-id", headless["key_id"].(string), "--usd", "0.5")
-	r = ta.call(t, "GET", "/api/v1/limits", headless["access_token"].(string), nil)
+	admin(t, f.dbURL, "key", "adjust-credits", "--key-id", headless["key_id"].(string), "--usd", "0.5")
+	r = f.call(t, "GET", "/api/v1/limits", headless["access_token"].(string), nil)
 	require.Equal(t, "headless", r.body["bucket"])
 	require.Equal(t, map[string]any{"granted": float64(3), "adjustment": 0.5, "used": float64(0), "remaining": 3.5,
 		"resets_at": nil}, r.body["credits"])
 
 	// The route is refused when the window is full, like any route.
-	require.Equal(t, 401, ta.call(t, "GET", "/api/v1/limits", "", nil).status)
+	require.Equal(t, 401, f.call(t, "GET", "/api/v1/limits", "", nil).status)
+}
+
+// settledLimits reads the key's limits, on the fleet's instances in turn,
+// until done holds for the body, and returns that read. A settlement goes
+// out after the request's answer, so a read right after it may still show
+// the reservation; two seconds is far past any settlement.
+func settledLimits(t *testing.T, f *fleet, token string, done func(map[string]any) bool) resp {
+	t.Helper()
+	var r resp
+	require.Eventually(t, func() bool {
+		r = f.call(t, "GET", "/api/v1/limits", token, nil)
+		require.Equal(t, 200, r.status, "%s", r.raw)
+		return done(r.body)
+	}, 2*time.Second, 5*time.Millisecond, "the settlement never landed: %s", &r.raw)
+	return r
 }
 
 func nextMonthRFC3339() string {
@@ -107,16 +141,22 @@ func nextMonthRFC3339() string {
 }
 
 func TestSpendCapOfOneMicroDollar(t *testing.T) {
-	ta := startTestApp(t)
-	tn := newTenant(t, ta.dbURL, "micro@example.com", "--spend-cap-usd", "0.000001")
-	r := ta.call(t, "POST", "/api/v1/chat", tn.key, chatBody("Hello"))
-	require.Equal(t, 429, r.status, "%s", r.raw)
-	require.Equal(t, "key_spend_cap_exceeded", r.body["code"])
-	require.Equal(t, nextMonthRFC3339(), r.body["reset_at"])
-	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
-	require.NoError(t, err)
-	y, m, _ := time.Now().UTC().Date()
-	require.InDelta(t, time.Until(time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)).Seconds(), ra, 3)
+	eachFleet(t, testSpendCapOfOneMicroDollar)
+}
+
+func testSpendCapOfOneMicroDollar(t *testing.T, n int) {
+	f := startFleet(t, n)
+	tn := newTenant(t, f.dbURL, "micro@example.com", "--spend-cap-usd", "0.000001")
+	for range n + 1 { // every instance, and one twice
+		r := f.call(t, "POST", "/api/v1/chat", tn.key, chatBody("Hello"))
+		require.Equal(t, 429, r.status, "%s", r.raw)
+		require.Equal(t, "key_spend_cap_exceeded", r.body["code"])
+		require.Equal(t, nextMonthRFC3339(), r.body["reset_at"])
+		ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+		require.NoError(t, err)
+		y, m, _ := time.Now().UTC().Date()
+		require.InDelta(t, time.Until(time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)).Seconds(), ra, 3)
+	}
 }
 
 // TestLedgerRowsAndRebuiltCounters checks that chat writes its ledger rows
@@ -176,50 +216,73 @@ func TestLedgerRowsAndRebuiltCounters(t *testing.T) {
 	}
 }
 
-// TestFleetSharesWindows runs two processes on one Redis: a key's
-// per-minute window is one window however its requests are spread.
-func TestFleetSharesWindows(t *testing.T) {
-	redisURL := storetest.RedisURL(t)
-	plans := writePlans(t, "plans:\n  default:\n    requests_per_minute: 3\n")
-	a := startTestApp(t, func(c *serveConfig) { c.RedisURL, c.ConfigPath = redisURL, plans })
-	b := startTestApp(t, func(c *serveConfig) { c.RedisURL, c.ConfigPath, c.DB.URL = redisURL, plans, a.dbURL })
-	tn := newTenant(t, a.dbURL, "fleet@example.com")
-	for i, ta := range []*testApp{a, b, a} {
-		r := ta.call(t, "GET", "/api/v1/me", tn.key, nil)
-		require.Equal(t, 200, r.status)
-		require.Equal(t, strconv.Itoa(2-i), r.header.Get("X-RateLimit-Remaining"))
-	}
-	r := b.call(t, "GET", "/api/v1/me", tn.key, nil)
-	require.Equal(t, 429, r.status)
-	require.Equal(t, "rate_limited", r.body["code"])
-	require.NotEmpty(t, r.header.Get("Retry-After"))
-	require.Equal(t, 429, a.call(t, "GET", "/api/v1/limits", tn.key, nil).status, "reading limits is rate-limited too")
+// TestRequestWindowAcrossFleet: a key's per-minute window is one window
+// however its requests are spread: the fleet admits exactly the limit and
+// then refuses on every instance with the same headers.
+func TestRequestWindowAcrossFleet(t *testing.T) {
+	eachFleet(t, func(t *testing.T, n int) {
+		const limit = 5
+		plans := writePlans(t, fmt.Sprintf("plans:\n  default:\n    requests_per_minute: %d\n", limit))
+		f := startFleet(t, n, func(c *serveConfig) { c.ConfigPath = plans })
+		tn := newTenant(t, f.dbURL, "window@example.com")
+		var reset string
+		for i := range limit {
+			r := f.call(t, "GET", "/api/v1/me", tn.key, nil)
+			require.Equal(t, 200, r.status, "%s", r.raw)
+			require.Equal(t, strconv.Itoa(limit), r.header.Get("X-RateLimit-Limit"))
+			require.Equal(t, strconv.Itoa(limit-1-i), r.header.Get("X-RateLimit-Remaining"), "request %d", i)
+			if i == 0 {
+				reset = r.header.Get("X-RateLimit-Reset")
+			}
+			require.Equal(t, reset, r.header.Get("X-RateLimit-Reset"), "one window, one reset")
+		}
+		for range n + 1 { // every instance refuses, one of them twice
+			r := f.call(t, "GET", "/api/v1/me", tn.key, nil)
+			require.Equal(t, 429, r.status, "%s", r.raw)
+			require.Equal(t, "rate_limited", r.body["code"])
+			require.Equal(t, strconv.Itoa(limit), r.header.Get("X-RateLimit-Limit"))
+			require.Equal(t, "0", r.header.Get("X-RateLimit-Remaining"))
+			require.Equal(t, reset, r.header.Get("X-RateLimit-Reset"))
+			ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, ra, 1)
+			require.LessOrEqual(t, ra, 61, "whole seconds to the reset, rounded up")
+			require.Equal(t, 429, f.call(t, "GET", "/api/v1/limits", tn.key, nil).status, "reading limits is rate-limited too")
+			c := f.call(t, "POST", "/api/v1/chat", tn.key, chatBody("Hello"))
+			require.Equal(t, 429, c.status, "chat counts in the same window: %s", c.raw)
+			require.Equal(t, "rate_limited", c.body["code"])
+		}
+	})
 }
 
 // TestSpentPoolsShowAndRefuse spends a subscription's pools and its mira
 // allowance through the counters enforcement reads, and checks what the
 // limits route shows and what chat answers at each step.
 func TestSpentPoolsShowAndRefuse(t *testing.T) {
+	eachFleet(t, testSpentPoolsShowAndRefuse)
+}
+
+func testSpentPoolsShowAndRefuse(t *testing.T, n int) {
 	plans := writePlans(t, "plans:\n  default:\n    pool_monthly_tokens: 1000000\n    mira_monthly_requests: 1\n")
-	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = plans })
-	org := admin(t, ta.dbURL, "org", "create", "--name", "Sub")
-	user := admin(t, ta.dbURL, "user", "create", "--email", "sub@example.com", "--org", org["id"].(string))
-	key := admin(t, ta.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--kind", "signed_in")
+	f := startFleet(t, n, func(c *serveConfig) { c.ConfigPath = plans })
+	org := admin(t, f.dbURL, "org", "create", "--name", "Sub")
+	user := admin(t, f.dbURL, "user", "create", "--email", "sub@example.com", "--org", org["id"].(string))
+	key := admin(t, f.dbURL, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string), "--kind", "signed_in")
 	token, orgID := key["access_token"].(string), org["id"].(string)
 
 	var res meter.Reservation
-	refused, err := metertest.Reserve(context.Background(), ta.limits.Counters(), time.Now(),
+	refused, err := metertest.Reserve(context.Background(), f.counters(), time.Now(),
 		[]meter.Budget{{Kind: meter.BudgetPoolMonthly, Subject: orgID, Cap: 1_000_000}}, []int64{1_000_000}, &res)
 	require.NoError(t, err)
 	require.Equal(t, -1, refused)
 
-	pool := ta.call(t, "GET", "/api/v1/limits", token, nil).body["token_pool"].(map[string]any)
+	pool := f.call(t, "GET", "/api/v1/limits", token, nil).body["token_pool"].(map[string]any)
 	require.Equal(t, "blocked", pool["state"])
 	require.Equal(t, "blocked", pool["monthly"].(map[string]any)["state"])
 	require.Equal(t, float64(0), pool["monthly"].(map[string]any)["remaining"])
 	require.Equal(t, []any{"kavi", "vaani"}, pool["blocked_models"])
 
-	r := ta.call(t, "POST", "/api/v1/chat", token, map[string]any{"model": "kavi", "max_tokens": 8,
+	r := f.call(t, "POST", "/api/v1/chat", token, map[string]any{"model": "kavi", "max_tokens": 8,
 		"messages": []map[string]any{{"role": "user", "content": "hi"}}})
 	require.Equal(t, 429, r.status, "%s", r.raw)
 	require.Equal(t, "budget_exhausted", r.body["code"])
@@ -227,13 +290,93 @@ func TestSpentPoolsShowAndRefuse(t *testing.T) {
 	require.Equal(t, nextMonthRFC3339(), r.body["reset_at"])
 
 	// mira has its own allowance: one request, then it is spent too.
-	r = ta.call(t, "POST", "/api/v1/chat", token, chatBody("hi"))
+	r = f.call(t, "POST", "/api/v1/chat", token, chatBody("hi"))
 	require.Equal(t, 200, r.status, "%s", r.raw)
-	r = ta.call(t, "POST", "/api/v1/chat", token, chatBody("hi again"))
+	r = f.call(t, "POST", "/api/v1/chat", token, chatBody("hi again"))
 	require.Equal(t, 429, r.status)
 	require.Equal(t, "budget_exhausted", r.body["code"])
 	require.Equal(t, false, r.body["mira_available"])
-	pool = ta.call(t, "GET", "/api/v1/limits", token, nil).body["token_pool"].(map[string]any)
+	pool = f.call(t, "GET", "/api/v1/limits", token, nil).body["token_pool"].(map[string]any)
 	require.Equal(t, []any{"kavi", "vaani", "mira"}, pool["blocked_models"])
 	require.Equal(t, "blocked", pool["mira"].(map[string]any)["state"])
+}
+
+// TestConcurrencyCeilingAcrossFleet: a key's in-flight ceiling counts its
+// streams on every instance, refuses on every instance once they hold it,
+// and a slot a stream gives back is free on every other.
+func TestConcurrencyCeilingAcrossFleet(t *testing.T) {
+	eachFleet(t, func(t *testing.T, n int) {
+		const ceiling = 2
+		plans := writePlans(t, fmt.Sprintf("plans:\n  default:\n    max_concurrent_requests: %d\n", ceiling))
+		f := startFleet(t, n, func(c *serveConfig) { c.ConfigPath = plans })
+		tn := newTenant(t, f.dbURL, "ceiling@example.com")
+		var held []*heldStream
+		for range ceiling {
+			s := holdStream(t, f.Addr(), tn.key)
+			require.NotNil(t, s, "a free slot refused a stream")
+			held = append(held, s)
+		}
+		for range n + 1 { // every instance refuses, one of them twice
+			r := f.call(t, "POST", "/api/v1/chat", tn.key, chatBody("one too many"))
+			require.Equal(t, 429, r.status, "%s", r.raw)
+			require.Equal(t, "rate_limited", r.body["code"])
+			require.Equal(t, "concurrency", r.body["reason"])
+			require.Equal(t, "1", r.header.Get("Retry-After"))
+			require.NotEmpty(t, r.header.Get("X-RateLimit-Remaining"), "a request refused at the ceiling was counted")
+		}
+		// One client leaves: its slot comes back (the departure is noticed
+		// within a second, the release follows), and only that one.
+		held[0].close()
+		var again *heldStream
+		require.Eventually(t, func() bool {
+			again = holdStream(t, f.Addr(), tn.key)
+			return again != nil
+		}, 5*time.Second, 20*time.Millisecond, "the slot a departed stream held never came back")
+		defer again.close()
+		r := f.call(t, "POST", "/api/v1/chat", tn.key, chatBody("still one too many"))
+		require.Equal(t, 429, r.status, "%s", r.raw)
+		require.Equal(t, "concurrency", r.body["reason"])
+		held[1].close()
+	})
+}
+
+// heldStream is a chat stream that runs for minutes unless its client
+// leaves: it holds one concurrency slot.
+type heldStream struct {
+	cancel context.CancelFunc
+	body   io.ReadCloser
+}
+
+// holdStream opens a long stream on addr and returns once its first frame
+// arrived, or nil when the request was refused at the key's ceiling.
+func holdStream(t *testing.T, addr, key string) *heldStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/api/v1/chat", strings.NewReader(
+		`{"model":"mira","stream":true,"max_tokens":4000,"messages":[{"role":"user","content":"hold [[sim:tokens=3000]] [[sim:itl_ms=100]]"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	r, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	if r.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		cancel()
+		require.Equal(t, http.StatusTooManyRequests, r.StatusCode, "%s", body)
+		require.Contains(t, string(body), `"reason":"concurrency"`)
+		return nil
+	}
+	line, err := bufio.NewReader(r.Body).ReadString('\n')
+	require.NoError(t, err, "the stream sent no first frame")
+	require.NotEmpty(t, line)
+	s := &heldStream{cancel: cancel, body: r.Body}
+	t.Cleanup(s.close)
+	return s
+}
+
+// close leaves the stream, as a client that goes away.
+func (s *heldStream) close() {
+	s.cancel()
+	_ = s.body.Close()
 }

@@ -6,13 +6,13 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/storage"
-	"github.com/edgegw/gateway/storage/storetest"
 )
 
 func TestHealthAndReady(t *testing.T) {
@@ -257,24 +257,56 @@ func TestDemoSeedIsRepeatable(t *testing.T) {
 	}
 }
 
-// With Redis configured, an Idempotency-Key replay is fleet-wide: a retry
-// that lands on another process is answered from the first one's result.
-func TestIdempotentReplayAcrossProcesses(t *testing.T) {
-	redisURL := storetest.RedisURL(t)
-	a := startTestApp(t, func(c *serveConfig) { c.RedisURL = redisURL })
-	b := startTestApp(t, func(c *serveConfig) { c.RedisURL = redisURL; c.DB.URL = a.dbURL })
-	tn := newTenant(t, a.dbURL, "idem@example.com")
-	body := map[string]any{"model": "mira", "messages": []map[string]any{{"role": "user", "content": "Hello [[sim:tokens=5]]"}}}
+// An Idempotency-Key replay holds fleet-wide (with Redis, as a fleet runs):
+// a retry that lands on any process is answered from the first one's
+// result, a retry while the first is still running is refused on every
+// process, and another body under the key conflicts everywhere.
+func TestIdempotentReplay(t *testing.T) {
+	eachFleet(t, func(t *testing.T, n int) {
+		f := startFleet(t, n)
+		tn := newTenant(t, f.dbURL, "idem@example.com")
+		body := map[string]any{"model": "mira", "messages": []map[string]any{{"role": "user", "content": "Hello [[sim:tokens=5]]"}}}
 
-	first := a.call(t, "POST", "/v1/chat/completions", tn.key, body, "Idempotency-Key", "order-7")
-	require.Equal(t, 200, first.status, "%s", first.raw)
-	again := b.call(t, "POST", "/v1/chat/completions", tn.key, body, "Idempotency-Key", "order-7")
-	require.Equal(t, 200, again.status)
-	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
-	require.Equal(t, string(first.raw), string(again.raw))
+		first := f.call(t, "POST", "/v1/chat/completions", tn.key, body, "Idempotency-Key", "order-7")
+		require.Equal(t, 200, first.status, "%s", first.raw)
+		require.Empty(t, first.header.Get("Idempotent-Replayed"))
+		for range n + 1 { // every process replays, the first one too
+			again := f.call(t, "POST", "/v1/chat/completions", tn.key, body, "Idempotency-Key", "order-7")
+			require.Equal(t, 200, again.status)
+			require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+			require.Equal(t, string(first.raw), string(again.raw))
+		}
 
-	body["messages"] = []map[string]any{{"role": "user", "content": "Something else"}}
-	conflict := b.call(t, "POST", "/v1/chat/completions", tn.key, body, "Idempotency-Key", "order-7")
-	require.Equal(t, 409, conflict.status)
-	require.Equal(t, "idempotency_conflict", conflict.body["error"].(map[string]any)["code"])
+		other := map[string]any{"model": "mira", "messages": []map[string]any{{"role": "user", "content": "Something else"}}}
+		for range n {
+			conflict := f.call(t, "POST", "/v1/chat/completions", tn.key, other, "Idempotency-Key", "order-7")
+			require.Equal(t, 409, conflict.status)
+			require.Equal(t, "idempotency_conflict", conflict.body["error"].(map[string]any)["code"])
+		}
+
+		// A request still running holds its key on every process: of two
+		// sent at once to two processes, one runs and the other is refused.
+		slow := map[string]any{"model": "mira", "messages": []map[string]any{{"role": "user", "content": "Slow [[sim:ttft_ms=2000]] [[sim:tokens=2]]"}}}
+		var pair [2]resp
+		var wg sync.WaitGroup
+		for i := range pair {
+			addr := f.Addr()
+			wg.Go(func() {
+				pair[i] = call(t, addr, "POST", "/v1/chat/completions", tn.key, slow, "Idempotency-Key", "order-8")
+			})
+		}
+		wg.Wait()
+		if pair[0].status != 200 {
+			pair[0], pair[1] = pair[1], pair[0]
+		}
+		require.Equal(t, 200, pair[0].status, "%s", pair[0].raw)
+		require.Empty(t, pair[0].header.Get("Idempotent-Replayed"))
+		require.Equal(t, 409, pair[1].status, "%s", pair[1].raw)
+		require.Equal(t, "idempotency_conflict", pair[1].body["error"].(map[string]any)["code"])
+		for range n {
+			again := f.call(t, "POST", "/v1/chat/completions", tn.key, slow, "Idempotency-Key", "order-8")
+			require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+			require.Equal(t, string(pair[0].raw), string(again.raw))
+		}
+	})
 }
