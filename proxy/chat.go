@@ -18,6 +18,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/bytedance/sonic"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
@@ -78,6 +79,10 @@ type ChatConfig struct {
 	// Memory serves memory recall, capture and standing rules on the
 	// native routes; nil serves turns without them.
 	Memory *MemoryConfig
+	// Tracer exports the spans of a turn's admission, upstream attempts
+	// and stream, under the edge's span of the request; nil (the default)
+	// exports none. Set it with the edge's.
+	Tracer trace.Tracer
 }
 
 // Chat serves POST /api/v1/chat, POST /api/v2/chat and
@@ -348,6 +353,10 @@ type turn struct {
 	estimated bool
 	// hcall is a stream's Call, which it ends when the stream does.
 	hcall *hotpath.Call
+	// tctx carries the request's edge span when tracing is on (nil
+	// otherwise); sspan is a stream's span while it runs.
+	tctx  context.Context
+	sspan trace.Span
 	// thinking says an Anthropic request asked to see thinking blocks.
 	thinking bool
 	// anthropic is the request as the Anthropic wire sent it, before it
@@ -482,6 +491,10 @@ func (ch *Chat) serveTurn(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire chatWi
 	t.ch, t.wire, t.start, t.keyID, t.principal = ch, wire, c.Start, c.User.KeyID, c.User
 	t.result = result
 	t.requestID = append(t.requestID, c.ID()...)
+	if c.TraceCtx != nil && ch.cfg.Tracer != nil {
+		t.tctx = c.TraceCtx
+		t.traceWire()
+	}
 	streaming := false
 	defer func() {
 		// A stream that opened owns t from here. Every other ending —
@@ -618,7 +631,12 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if cerr != nil {
 		return false, cerr
 	}
-	if cerr := t.admit(ctx, c); cerr != nil {
+	if t.tctx != nil {
+		cerr = t.tracedAdmit(ctx, c)
+	} else {
+		cerr = t.admit(ctx, c)
+	}
+	if cerr != nil {
 		return false, cerr
 	}
 	if cerr := t.moderateInput(); cerr != nil {
@@ -885,10 +903,17 @@ func (t *turn) exchange(client *fasthttp.HostClient, req *fasthttp.Request, resp
 	br := up.Breaker
 	backoff := up.cfg.Backoff
 	for i := 0; ; i++ {
+		var sp trace.Span
+		if t.tctx != nil {
+			sp = t.startUpstream(req, i)
+		}
 		began := time.Now()
 		err := client.DoDeadline(req, resp, deadline)
 		t.upstream += time.Since(began)
 		v := t.classify(resp, err)
+		if sp != nil {
+			endUpstream(sp, resp, err, v)
+		}
 		if v.outcome == attemptOK {
 			if judge {
 				br.Success()
