@@ -57,6 +57,9 @@ type LedgerConfig struct {
 	Tracer trace.Tracer
 }
 
+// TracerName is the instrumentation scope of the spans storage exports.
+const TracerName = "github.com/edgegw/gateway/storage"
+
 // SpanLedgerWrite is the span of one batch statement of the ledger.
 const SpanLedgerWrite = "gateway.ledger.write"
 
