@@ -122,6 +122,7 @@ type Chat struct {
 
 type chatMetrics struct {
 	overhead, ttft, streamDuration *metrics.Histogram
+	maxGap                         *metrics.Histogram
 	estimated                      *metrics.Counter
 	streamsBroken, clientGone      *metrics.Counter
 	retries                        *metrics.Counter
@@ -188,6 +189,7 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		overhead:       s.NewHistogram(`gateway_chat_overhead_seconds`),
 		ttft:           s.NewHistogram(`gateway_chat_time_to_first_token_seconds`),
 		streamDuration: s.NewHistogram(`gateway_chat_stream_duration_seconds`),
+		maxGap:         s.NewHistogram(`gateway_chat_stream_max_gap_seconds`),
 		estimated:      s.NewCounter(`gateway_chat_usage_estimated_total`),
 		streamsBroken:  s.NewCounter(`gateway_chat_streams_broken_total`),
 		clientGone:     s.NewCounter(`gateway_chat_client_disconnects_total`),
@@ -401,6 +403,12 @@ type turn struct {
 	// firstPending says they include the first after the primer, whose
 	// write is the time to first token.
 	batch, firstPending bool
+	// lastWrite is when frames last went to the client, maxGap the
+	// longest pause between two such writes; keepingAlive marks the
+	// keep-alive comment's write, which is not a token.
+	lastWrite    time.Time
+	maxGap       time.Duration
+	keepingAlive bool
 }
 
 var turnPool = sync.Pool{New: func() any { return new(turn) }}

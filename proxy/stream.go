@@ -327,7 +327,12 @@ type streamState struct {
 // upstream call when it has not finished.
 func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	began := time.Now()
-	defer func() { t.ch.m.streamDuration.Update(time.Since(began).Seconds()) }()
+	defer func() {
+		t.ch.m.streamDuration.Update(time.Since(began).Seconds())
+		if t.maxGap > 0 {
+			t.ch.m.maxGap.Update(t.maxGap.Seconds())
+		}
+	}()
 
 	// t.out holds the response head; the first frame goes out with it.
 	switch t.wire {
@@ -623,9 +628,11 @@ func (t *turn) keepQuiet(w *clientWriter, now time.Time) bool {
 	} else {
 		t.out = append(t.out, keepAliveComment...)
 	}
+	t.keepingAlive = true // not a token: no gap ends here
 	if !t.flush(w) {
 		t.gone = true
 	}
+	t.keepingAlive = false
 	return !t.gone
 }
 
@@ -754,6 +761,14 @@ func (t *turn) flush(w *clientWriter) bool {
 			t.gone = true
 			return false
 		}
+	}
+	if !t.keepingAlive {
+		// The longest pause between two writes of frames to the client
+		// (the first one, the time to first token, aside).
+		if !t.lastWrite.IsZero() {
+			t.maxGap = max(t.maxGap, w.last.Sub(t.lastWrite))
+		}
+		t.lastWrite = w.last
 	}
 	if t.firstPending {
 		t.firstPending = false
