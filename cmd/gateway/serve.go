@@ -710,6 +710,14 @@ func registerRuntimeMetrics(set *metrics.Set, a *app) {
 	set.NewGauge("gateway_key_lookup_errors_total", stat(func(s hotpath.VerifierStats) uint64 { return s.LookupErrors }))
 	set.NewGauge("gateway_db_pool_acquired_conns", func() float64 { return float64(a.db.Pool.Stat().AcquiredConns()) })
 	set.NewGauge("gateway_db_pool_total_conns", func() float64 { return float64(a.db.Pool.Stat().TotalConns()) })
+	set.NewGauge("gateway_db_pool_idle_conns", func() float64 { return float64(a.db.Pool.Stat().IdleConns()) })
+	set.NewGauge("gateway_db_pool_max_conns", func() float64 { return float64(a.db.Pool.Stat().MaxConns()) })
+	// Acquires that found no idle connection and waited, and the time all
+	// acquires waited: a pool too small shows here before it times out.
+	set.NewGauge("gateway_db_pool_acquires_total", func() float64 { return float64(a.db.Pool.Stat().AcquireCount()) })
+	set.NewGauge("gateway_db_pool_empty_acquires_total", func() float64 { return float64(a.db.Pool.Stat().EmptyAcquireCount()) })
+	set.NewGauge("gateway_db_pool_acquire_wait_seconds_total", func() float64 { return a.db.Pool.Stat().AcquireDuration().Seconds() })
+	set.NewGauge("gateway_db_pool_canceled_acquires_total", func() float64 { return float64(a.db.Pool.Stat().CanceledAcquireCount()) })
 }
 
 // fasthttpLogger routes fasthttp's own messages (connection errors) to slog.
