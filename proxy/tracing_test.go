@@ -79,7 +79,7 @@ func spansNamed(spans tracetest.SpanStubs, name string) []tracetest.SpanStub {
 func attr(s tracetest.SpanStub, key string) string {
 	for _, kv := range s.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -163,7 +163,7 @@ func TestTracingSpanTree(t *testing.T) {
 
 			for _, s := range spans {
 				for _, kv := range s.Attributes {
-					v := kv.Value.Emit()
+					v := kv.Value.String()
 					require.NotContains(t, v, "confidential", "%s %s", s.Name, kv.Key)
 					require.NotContains(t, v, tf.key, "%s %s", s.Name, kv.Key)
 					require.NotContains(t, v, "sim", "%s %s: no reply text, no upstream model", s.Name, kv.Key)

@@ -40,7 +40,7 @@ func TestLedgerWriteSpanLinksItsRequests(t *testing.T) {
 	require.Equal(t, traced, [16]byte(s.Links[2].SpanContext.TraceID()))
 	attrs := map[string]string{}
 	for _, kv := range s.Attributes {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	require.Equal(t, "4", attrs["gateway.ledger.rows"])
 	require.Equal(t, "4", attrs["gateway.ledger.inserted"])
