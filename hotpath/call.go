@@ -156,6 +156,9 @@ type Access struct {
 	// Unlogged routes write no ledger row: reads of the caller's own
 	// limits, which must cost and write nothing.
 	Unlogged bool
+	// Untraced routes export no span: the probes load balancers poll,
+	// which would fill a trace store with nothing worth reading.
+	Untraced bool
 }
 
 // RateBucket selects which per-minute window a route counts in.

@@ -119,12 +119,13 @@ func (e *Edge) newRouteMetrics(name string) *routeMetrics {
 // here, once, never looked up per request.
 func (e *Edge) Wrap(method string, a hotpath.Access, wire Envelope, h Handler) fasthttp.RequestHandler {
 	end := &routeEnd{e: e, m: e.newRouteMetrics(a.Name), a: a, method: method}
+	traced := e.tracer != nil && !a.Untraced
 	return func(ctx *fasthttp.RequestCtx) {
 		c := hotpath.AcquireCall()
 		c.Start, c.Ender = time.Now(), end
 		c.SetID(ctx.Request.Header.Peek(headerRequestID))
 		c.SetTrace(ctx.Request.Header.Peek(headerTraceparent))
-		if e.tracer != nil {
+		if traced {
 			e.startTrace(ctx, c, a)
 		}
 		ctx.Response.Header.SetBytesV(headerRequestID, c.ID())

@@ -121,11 +121,14 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 		c.AccessLog = true
 		c.Tracing.Endpoint = rcv.srv.URL // the exporter adds /v1/traces
 		c.Tracing.ExportInterval = 20 * time.Millisecond
-		c.Tracing.SampleRatio = 0 // only the client's sampled traces
+		c.Tracing.SampleRatio = 1 // every trace, so an exported probe would show
 	})
 	tn := newTenant(t, ta.dbURL, "otel@example.com")
 	const traceID, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	const prompt = "confidential-prompt-words"
+	// The probes load balancers poll export nothing.
+	require.Equal(t, 200, ta.call(t, "GET", "/api/health", "", nil).status)
+	require.Equal(t, 200, ta.call(t, "GET", "/api/ready", "", nil).status)
 	body := map[string]any{"model": "mira", "messages": []map[string]string{{"role": "user", "content": prompt}}}
 	r := ta.call(t, "POST", "/v1/chat/completions", tn.key, body,
 		"traceparent", "00-"+traceID+"-"+clientSpan+"-01", "X-Request-Id", "otel-req-1")
@@ -134,6 +137,7 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(rcv.find(traceID, proxy.SpanEdge)) == 1 && len(rcv.find("", storage.SpanLedgerWrite)) > 0
 	}, 10*time.Second, 10*time.Millisecond)
+	require.Len(t, rcv.find("", proxy.SpanEdge), 1, "one request traced: the probes were not")
 	edge := rcv.find(traceID, proxy.SpanEdge)[0]
 	require.Equal(t, clientSpan, edge.parentID)
 	require.Equal(t, "gateway", edge.service)
