@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/edgegw/gateway/proxy"
@@ -242,4 +245,49 @@ func TestTracingConfigResolve(t *testing.T) {
 	h, err := c.headers()
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"authorization": "Bearer x", "x-tenant": "a"}, h)
+}
+
+// traceCollector is an OTLP/gRPC traces endpoint that keeps span names.
+type traceCollector struct {
+	coltrace.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *traceCollector) Export(_ context.Context, req *coltrace.ExportTraceServiceRequest) (*coltrace.ExportTraceServiceResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			for _, s := range ss.Spans {
+				c.names = append(c.names, s.Name)
+			}
+		}
+	}
+	return &coltrace.ExportTraceServiceResponse{}, nil
+}
+
+// The grpc protocol exports through OTLP/gRPC to the endpoint given.
+func TestTracingExportsOverGRPC(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	col := &traceCollector{}
+	coltrace.RegisterTraceServiceServer(srv, col)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	c := tracingConfig{Endpoint: "http://" + ln.Addr().String(), Protocol: "grpc", SampleRatio: -1, getenv: func(string) string { return "" }}
+	on, err := c.resolve()
+	require.NoError(t, err)
+	require.True(t, on)
+	tp, err := newTracerProvider(t.Context(), c, "test")
+	require.NoError(t, err)
+	_, sp := tp.Tracer(proxy.TracerName).Start(t.Context(), proxy.SpanEdge)
+	sp.End()
+	require.NoError(t, tp.ForceFlush(t.Context()))
+	require.NoError(t, tp.Shutdown(t.Context()))
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	require.Equal(t, []string{proxy.SpanEdge}, col.names)
 }
