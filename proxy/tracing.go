@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -122,8 +123,9 @@ func endTrace(c *hotpath.Call, status int) {
 		if status >= 500 {
 			sp.SetStatus(codes.Error, c.ErrorCode.String())
 		}
-		sc := sp.SpanContext()
-		c.Usage.TraceID, c.Usage.SpanID = sc.TraceID(), sc.SpanID()
+		if sc := sp.SpanContext(); sc.IsSampled() {
+			c.Usage.TraceID, c.Usage.SpanID = sc.TraceID(), sc.SpanID()
+		}
 	}
 	sp.End()
 }
@@ -142,11 +144,12 @@ func (e *Edge) tracedAuthorize(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotp
 
 // endWithError records err's code on sp.
 func endWithError(sp trace.Span, err error) {
-	cerr, ok := err.(*codec.Error)
-	if !ok || cerr == nil {
-		if err != nil {
-			sp.SetStatus(codes.Error, "internal_error")
-		}
+	if err == nil {
+		return
+	}
+	var cerr *codec.Error
+	if !errors.As(err, &cerr) || cerr == nil {
+		sp.SetStatus(codes.Error, codec.CodeInternalError.String())
 		return
 	}
 	sp.SetAttributes(attrErrorCode.String(cerr.Code.String()))
