@@ -21,7 +21,7 @@ func tracing(tr trace.Tracer) func(*fixtureOptions) {
 // sdkTracer is the SDK's tracer with the sampler given, exporting to an
 // exporter that drops what it gets: what is measured is the spans' cost on
 // the request's path, not the export, which runs off it.
-func sdkTracer(t *testing.T, s sdktrace.Sampler) trace.Tracer {
+func sdkTracer(t testing.TB, s sdktrace.Sampler) trace.Tracer {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()), sdktrace.WithSampler(s))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
 	return tp.Tracer(TracerName)
@@ -57,4 +57,15 @@ func TestTracingOffAllocationBudget(t *testing.T) {
 	sampledStream := newStreamHarnessWith(t, 10, tracing(sdkTracer(t, sdktrace.AlwaysSample())))
 	onStream := testing.AllocsPerRun(50, func() { sampledStream.stream(t) })
 	t.Logf("allocations per stream: %.0f tracing off, %.0f sampling", offStream, onStream)
+}
+
+// BenchmarkNonStreamRequestTraced is BenchmarkNonStreamRequest with every
+// trace sampled (spans to a discarding exporter).
+func BenchmarkNonStreamRequestTraced(b *testing.B) {
+	f := newRequestHarness(b, tracing(sdkTracer(b, sdktrace.AlwaysSample())))
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchBody)))
+	for b.Loop() {
+		f.do(b)
+	}
 }
