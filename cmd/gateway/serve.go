@@ -451,7 +451,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	var tracer trace.Tracer // nil: tracing is off
 	ledgerCfg := cfg.Ledger
 	if cfg.tracingOn {
-		if a.tracing, err = newTracerProvider(ctx, cfg.Tracing, buildCommit()); err != nil {
+		if a.tracing, err = newTracerProvider(ctx, cfg.Tracing, buildCommit(), log); err != nil {
 			a.shutdown()
 			return nil, err
 		}

@@ -5,18 +5,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/edgegw/gateway/hotpath"
 )
 
 // tracingConfig configures span export over OTLP. Tracing is off unless
@@ -142,7 +146,16 @@ func firstOf(v ...string) string {
 // data plane and the ledger use. Spans are exported in batches from a
 // bounded queue off the request's path; a full queue drops spans rather
 // than wait. Call resolve first.
-func newTracerProvider(ctx context.Context, c tracingConfig, version string) (*sdktrace.TracerProvider, error) {
+func newTracerProvider(ctx context.Context, c tracingConfig, version string, log *slog.Logger) (*sdktrace.TracerProvider, error) {
+	// The SDK reports failed exports (a collector down or refusing) to a
+	// process-wide handler; they go to the gateway's log, one line per
+	// interval.
+	var limit hotpath.LogLimiter
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		if ok, n := limit.Allow(); ok {
+			log.Warn("cannot export spans", "err", err, "suppressed", n)
+		}
+	}))
 	hdr, _ := c.headers()
 	var (
 		exp sdktrace.SpanExporter

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -281,7 +282,7 @@ func TestTracingExportsOverGRPC(t *testing.T) {
 	on, err := c.resolve()
 	require.NoError(t, err)
 	require.True(t, on)
-	tp, err := newTracerProvider(t.Context(), c, "test")
+	tp, err := newTracerProvider(t.Context(), c, "test", slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	_, sp := tp.Tracer(proxy.TracerName).Start(t.Context(), proxy.SpanEdge)
 	sp.End()
