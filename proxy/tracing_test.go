@@ -24,7 +24,7 @@ type tracedFixture struct {
 	parents []string
 }
 
-func newTracedFixture(t *testing.T, sampler sdktrace.Sampler) *tracedFixture {
+func newTracedFixture(t *testing.T, sampler sdktrace.Sampler, opts ...func(*fixtureOptions)) *tracedFixture {
 	tf := &tracedFixture{spans: tracetest.NewInMemoryExporter()}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tf.spans), sdktrace.WithSampler(sampler))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
@@ -36,9 +36,9 @@ func newTracedFixture(t *testing.T, sampler sdktrace.Sampler) *tracedFixture {
 		tf.mu.Unlock()
 		s.Handler()(ctx)
 	})
-	tf.chatFixture = newChatFixture(t, func(o *fixtureOptions) {
+	tf.chatFixture = newChatFixture(t, append([]func(*fixtureOptions){func(o *fixtureOptions) {
 		o.dial, o.tracer = up.dial, tp.Tracer(TracerName)
-	})
+	}}, opts...)...)
 	return tf
 }
 
@@ -194,4 +194,21 @@ func TestTracingWithoutClientTrace(t *testing.T) {
 	require.True(t, strings.HasPrefix(p, "00-") && strings.HasSuffix(p, "-00"), p)
 	require.Len(t, p, 55)
 	require.Empty(t, off.spans.GetSpans())
+}
+
+// The specialised routes trace their upstream calls too, and send the
+// attempt's span as the upstream's parent.
+func TestTracingAuxUpstream(t *testing.T) {
+	tf := newTracedFixture(t, sdktrace.AlwaysSample(), func(o *fixtureOptions) { o.aux = true })
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	r := tf.post(t, "/api/v1/embeddings", `{"model":"gw-embed","input":["hello"]}`,
+		"traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	require.Equal(t, 200, r.status, "%s", r.body)
+	spans := tf.waitSpans(t)
+	edge := spansNamed(spans, SpanEdge)[0]
+	ups := spansNamed(spans, SpanUpstream)
+	require.Len(t, ups, 1)
+	require.Equal(t, edge.SpanContext.SpanID(), ups[0].Parent.SpanID())
+	require.Equal(t, "gw-embed", attr(ups[0], "gateway.tier"))
+	require.Equal(t, "00-"+traceID+"-"+ups[0].SpanContext.SpanID().String()+"-01", tf.lastParent())
 }
