@@ -68,3 +68,24 @@ func appendHex64(dst []byte, v uint64) []byte {
 	}
 	return dst
 }
+
+// AppendTraceparentIDs appends the version-00 traceparent for a trace id
+// and a span id in their binary form, with the sampled flag when sampled.
+func AppendTraceparentIDs(dst []byte, traceID [16]byte, spanID [8]byte, sampled bool) []byte {
+	dst = append(dst, "00-"...)
+	dst = appendHexBytes(dst, traceID[:])
+	dst = append(dst, '-')
+	dst = appendHexBytes(dst, spanID[:])
+	if sampled {
+		return append(dst, "-01"...)
+	}
+	return append(dst, "-00"...)
+}
+
+func appendHexBytes(dst, src []byte) []byte {
+	const digits = "0123456789abcdef"
+	for _, v := range src {
+		dst = append(dst, digits[v>>4], digits[v&0xf])
+	}
+	return dst
+}

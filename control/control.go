@@ -76,8 +76,9 @@ func (a *API) Register(r Registrar) {
 	user := func(name string, f hotpath.Family) hotpath.Access {
 		return hotpath.Access{Name: name, Auth: hotpath.AuthUser, Family: f}
 	}
-	r.Handle(fasthttp.MethodGet, "/api/health", public("health"), a.health)
-	r.Handle(fasthttp.MethodGet, "/api/ready", public("ready"), a.ready)
+	probe := func(name string) hotpath.Access { return hotpath.Access{Name: name, Untraced: true} }
+	r.Handle(fasthttp.MethodGet, "/api/health", probe("health"), a.health)
+	r.Handle(fasthttp.MethodGet, "/api/ready", probe("ready"), a.ready)
 	if a.Status != nil {
 		r.Handle(fasthttp.MethodGet, "/api/status", public("status"), a.status)
 	}

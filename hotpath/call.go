@@ -1,6 +1,7 @@
 package hotpath
 
 import (
+	"context"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -48,6 +49,10 @@ type Call struct {
 	Detached bool
 	// Ender ends the request on its route; the edge sets it.
 	Ender Ender
+	// TraceCtx carries the request's exported span (OpenTelemetry) for
+	// the spans of its stages; nil when tracing is off, and then nothing
+	// on the request's path looks further.
+	TraceCtx context.Context
 }
 
 // Ender ends a request a handler took over: status is what the client was
@@ -98,6 +103,14 @@ func (c *Call) SetTrace(fromClient []byte) {
 	c.traceFromClient = false
 }
 
+// SetTraceContext makes the request's traceparent name the span that
+// serves it (trace id, span id and the sampled flag), so the upstream and
+// the logs join the exported trace. Whether the trace came from the
+// client is unchanged.
+func (c *Call) SetTraceContext(traceID [16]byte, spanID [8]byte, sampled bool) {
+	codec.AppendTraceparentIDs(c.trace[:0], traceID, spanID, sampled)
+}
+
 // Traceparent is the request's traceparent, sent on to its upstream. The
 // slice aliases the Call and is valid until ReleaseCall.
 func (c *Call) Traceparent() []byte { return c.trace[:] }
@@ -143,6 +156,9 @@ type Access struct {
 	// Unlogged routes write no ledger row: reads of the caller's own
 	// limits, which must cost and write nothing.
 	Unlogged bool
+	// Untraced routes export no span: the probes load balancers poll,
+	// which would fill a trace store with nothing worth reading.
+	Untraced bool
 }
 
 // RateBucket selects which per-minute window a route counts in.

@@ -30,6 +30,11 @@ type UsageRecord struct {
 	Stream     bool
 	DurationUS int64 // arrival to the last byte written
 	TTFTUS     int64 // arrival to the first content token; 0 when none
+	// TraceID and SpanID name the request's exported span when tracing
+	// sampled it, so the ledger write's span links to it; zero otherwise.
+	// They are not stored in the row.
+	TraceID [16]byte
+	SpanID  [8]byte
 }
 
 // UsageSink takes ledger rows off the hot path. Record never blocks on

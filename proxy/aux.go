@@ -172,6 +172,9 @@ type auxCall struct {
 	inputs []string
 	topN   int
 	rid    []byte
+	// tctx carries the request's edge span when tracing is on; nil
+	// otherwise.
+	tctx context.Context
 
 	// Room for the inputs, vectors and scores of a small request, so
 	// that it does not allocate them.
@@ -192,6 +195,9 @@ type auxCall struct {
 // mapping, answer, and fill the ledger row the edge records.
 func (ch *Chat) serveAux(ctx *fasthttp.RequestCtx, c *hotpath.Call, r auxRoute, openai bool) (err error) {
 	a := &auxCall{ch: ch, up: ch.auxUpstream(r), route: r, openai: openai, rid: c.ID()}
+	if ch.cfg.Tracer != nil {
+		a.tctx = c.TraceCtx
+	}
 	defer func() {
 		if err != nil && !a.rateShown {
 			ch.peekRate(ctx, c, err)
@@ -398,6 +404,7 @@ func (a *auxCall) exchange(req *fasthttp.Request, resp *fasthttp.Response) *code
 	t := acquireTurn()
 	t.ch, t.up = a.ch, a.up
 	t.requestID = append(t.requestID, a.rid...)
+	t.tctx = a.tctx
 	cerr := t.exchange(a.up.plain, req, resp, time.Now().Add(a.up.Tier.Deadline), false)
 	releaseTurn(t)
 	return cerr

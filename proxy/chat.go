@@ -18,6 +18,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/bytedance/sonic"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
@@ -78,6 +79,10 @@ type ChatConfig struct {
 	// Memory serves memory recall, capture and standing rules on the
 	// native routes; nil serves turns without them.
 	Memory *MemoryConfig
+	// Tracer exports the spans of a turn's admission, upstream attempts
+	// and stream, under the edge's span of the request; nil (the default)
+	// exports none. Set it with the edge's.
+	Tracer trace.Tracer
 }
 
 // Chat serves POST /api/v1/chat, POST /api/v2/chat and
@@ -117,6 +122,7 @@ type Chat struct {
 
 type chatMetrics struct {
 	overhead, ttft, streamDuration *metrics.Histogram
+	maxGap                         *metrics.Histogram
 	estimated                      *metrics.Counter
 	streamsBroken, clientGone      *metrics.Counter
 	retries                        *metrics.Counter
@@ -183,6 +189,7 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		overhead:       s.NewHistogram(`gateway_chat_overhead_seconds`),
 		ttft:           s.NewHistogram(`gateway_chat_time_to_first_token_seconds`),
 		streamDuration: s.NewHistogram(`gateway_chat_stream_duration_seconds`),
+		maxGap:         s.NewHistogram(`gateway_chat_stream_max_gap_seconds`),
 		estimated:      s.NewCounter(`gateway_chat_usage_estimated_total`),
 		streamsBroken:  s.NewCounter(`gateway_chat_streams_broken_total`),
 		clientGone:     s.NewCounter(`gateway_chat_client_disconnects_total`),
@@ -348,6 +355,10 @@ type turn struct {
 	estimated bool
 	// hcall is a stream's Call, which it ends when the stream does.
 	hcall *hotpath.Call
+	// tctx carries the request's edge span when tracing is on (nil
+	// otherwise); sspan is a stream's span while it runs.
+	tctx  context.Context
+	sspan trace.Span
 	// thinking says an Anthropic request asked to see thinking blocks.
 	thinking bool
 	// anthropic is the request as the Anthropic wire sent it, before it
@@ -392,6 +403,12 @@ type turn struct {
 	// firstPending says they include the first after the primer, whose
 	// write is the time to first token.
 	batch, firstPending bool
+	// lastWrite is when frames last went to the client, maxGap the
+	// longest pause between two such writes; keepingAlive marks the
+	// keep-alive comment's write, which is not a token.
+	lastWrite    time.Time
+	maxGap       time.Duration
+	keepingAlive bool
 }
 
 var turnPool = sync.Pool{New: func() any { return new(turn) }}
@@ -482,6 +499,10 @@ func (ch *Chat) serveTurn(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire chatWi
 	t.ch, t.wire, t.start, t.keyID, t.principal = ch, wire, c.Start, c.User.KeyID, c.User
 	t.result = result
 	t.requestID = append(t.requestID, c.ID()...)
+	if c.TraceCtx != nil && ch.cfg.Tracer != nil {
+		t.tctx = c.TraceCtx
+		t.traceWire()
+	}
 	streaming := false
 	defer func() {
 		// A stream that opened owns t from here. Every other ending —
@@ -618,7 +639,12 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	if cerr != nil {
 		return false, cerr
 	}
-	if cerr := t.admit(ctx, c); cerr != nil {
+	if t.tctx != nil {
+		cerr = t.tracedAdmit(ctx, c)
+	} else {
+		cerr = t.admit(ctx, c)
+	}
+	if cerr != nil {
 		return false, cerr
 	}
 	if cerr := t.moderateInput(); cerr != nil {
@@ -885,10 +911,17 @@ func (t *turn) exchange(client *fasthttp.HostClient, req *fasthttp.Request, resp
 	br := up.Breaker
 	backoff := up.cfg.Backoff
 	for i := 0; ; i++ {
+		var sp trace.Span
+		if t.tctx != nil {
+			sp = t.startUpstream(req, i)
+		}
 		began := time.Now()
 		err := client.DoDeadline(req, resp, deadline)
 		t.upstream += time.Since(began)
 		v := t.classify(resp, err)
+		if sp != nil {
+			endUpstream(sp, resp, err, v)
+		}
 		if v.outcome == attemptOK {
 			if judge {
 				br.Success()

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/hotpath"
@@ -62,6 +63,7 @@ type fixtureOptions struct {
 	aux         bool                    // bind the auxiliary tiers too
 	chat        func(*ChatConfig)       // adjusts the chat configuration
 	memory      *MemoryConfig
+	tracer      trace.Tracer // exports spans; nil turns tracing off
 }
 
 // wrapListener wraps each connection it accepts.
@@ -135,7 +137,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	var err error
 	cc := ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: o.idempotency, MaxInFlight: o.maxInFlight,
 		Log: log, Metrics: f.set, ConnsKept: true, Limits: o.limits, Usage: o.usage, KeepAliveInterval: o.keepAlive, Aux: aux,
-		Memory: o.memory}
+		Memory: o.memory, Tracer: o.tracer}
 	if o.chat != nil {
 		o.chat(&cc)
 	}
@@ -156,7 +158,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 	require.NoError(t, err)
 	v.SetLive(true)
 	t.Cleanup(v.Close)
-	f.edge = NewEdge(EdgeConfig{Verifier: v, Log: log, Metrics: f.set, Limits: o.limits, Usage: o.usage})
+	f.edge = NewEdge(EdgeConfig{Verifier: v, Log: log, Metrics: f.set, Limits: o.limits, Usage: o.usage, Tracer: o.tracer})
 	rt := NewRouter(f.edge)
 	f.chat.Register(rt)
 	if o.routes != nil {

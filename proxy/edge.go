@@ -17,6 +17,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/bytebufferpool"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
@@ -49,6 +50,7 @@ type Edge struct {
 	log       *slog.Logger
 	set       *metrics.Set
 	accessLog bool
+	tracer    trace.Tracer       // nil: tracing is off
 	errors    []*metrics.Counter // by codec.Code
 	panics    *metrics.Counter
 	// drain is where shutdown stands: serving, draining (every answer
@@ -75,12 +77,16 @@ type EdgeConfig struct {
 	Limits *meter.Limits
 	// Usage receives one ledger row per user request; nil records nothing.
 	Usage hotpath.UsageSink
+	// Tracer exports a span per request (and per admission) when set;
+	// nil, the default, turns tracing off, and then the request's path
+	// costs nothing more than a nil check.
+	Tracer trace.Tracer
 }
 
 // NewEdge returns an edge and registers its metrics.
 func NewEdge(cfg EdgeConfig) *Edge {
 	e := &Edge{verifier: cfg.Verifier, log: cfg.Log, set: cfg.Metrics, accessLog: cfg.AccessLog,
-		limits: cfg.Limits, usage: cfg.Usage}
+		limits: cfg.Limits, usage: cfg.Usage, tracer: cfg.Tracer}
 	var sc ServerConfig
 	sc.defaults()
 	e.maxHeaderBytes, e.maxURIBytes, e.maxBodySize = sc.MaxHeaderBytes, sc.MaxURIBytes, sc.MaxBodySize
@@ -113,11 +119,15 @@ func (e *Edge) newRouteMetrics(name string) *routeMetrics {
 // here, once, never looked up per request.
 func (e *Edge) Wrap(method string, a hotpath.Access, wire Envelope, h Handler) fasthttp.RequestHandler {
 	end := &routeEnd{e: e, m: e.newRouteMetrics(a.Name), a: a, method: method}
+	traced := e.tracer != nil && !a.Untraced
 	return func(ctx *fasthttp.RequestCtx) {
 		c := hotpath.AcquireCall()
 		c.Start, c.Ender = time.Now(), end
 		c.SetID(ctx.Request.Header.Peek(headerRequestID))
 		c.SetTrace(ctx.Request.Header.Peek(headerTraceparent))
+		if traced {
+			e.startTrace(ctx, c, a)
+		}
 		ctx.Response.Header.SetBytesV(headerRequestID, c.ID())
 		if err := e.serve(ctx, c, a, wire, h); err != nil {
 			e.writeError(ctx, c, wire, err)
@@ -154,6 +164,9 @@ func (r *routeEnd) finish(c *hotpath.Call, method []byte, status int) {
 		m.byClass[cls].Inc()
 	}
 	m.duration.UpdateDuration(c.Start)
+	if c.TraceCtx != nil {
+		endTrace(c, status)
+	}
 	if e.accessLog {
 		if method == nil {
 			method = []byte(r.method)
@@ -184,6 +197,23 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 	if cerr := pinVersion(ctx, c); cerr != nil {
 		return cerr
 	}
+	if c.TraceCtx != nil && a.Auth != hotpath.AuthNone {
+		err = e.tracedAuthorize(ctx, c, a, wire)
+	} else {
+		err = e.authorize(ctx, c, a, wire)
+	}
+	if err != nil {
+		return err
+	}
+	if cerr := checkContentEncoding(ctx); cerr != nil {
+		return cerr
+	}
+	return h(ctx, c)
+}
+
+// authorize checks the caller's key or service token, its scope, and the
+// route's per-minute window.
+func (e *Edge) authorize(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, wire Envelope) error {
 	switch a.Auth {
 	case hotpath.AuthUser:
 		var (
@@ -226,10 +256,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 		}
 		c.Service = s
 	}
-	if cerr := checkContentEncoding(ctx); cerr != nil {
-		return cerr
-	}
-	return h(ctx, c)
+	return nil
 }
 
 // Rate-limit headers.

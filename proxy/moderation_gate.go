@@ -77,7 +77,7 @@ func (t *turn) moderateInput() *codec.Error {
 		return nil
 	}
 	began := time.Now()
-	a := &auxCall{ch: t.ch, up: t.ch.cfg.Aux.Guard, route: auxModerate, rid: t.requestID, inputs: inputs}
+	a := &auxCall{ch: t.ch, up: t.ch.cfg.Aux.Guard, route: auxModerate, rid: t.requestID, inputs: inputs, tctx: t.tctx}
 	results, cerr := a.judgeAll()
 	elapsed := time.Since(began)
 	t.ch.m.gate.Update(elapsed.Seconds())

@@ -151,10 +151,10 @@ func newWordStreamHarness(t testing.TB, frames int, word string) *streamHarness 
 
 // newWireStreamHarness streams n frames of one word each on the chat wire
 // at path, with body as its request.
-func newWireStreamHarness(t testing.TB, frames int, word, path, body string) *streamHarness {
-	fx := newChatFixture(t, func(o *fixtureOptions) {
+func newWireStreamHarness(t testing.TB, frames int, word, path, body string, opts ...func(*fixtureOptions)) *streamHarness {
+	fx := newChatFixture(t, append([]func(*fixtureOptions){func(o *fixtureOptions) {
 		o.upstream = func(c *UpstreamConfig) { c.Transport = newWordStreamTransport(frames, word) }
-	})
+	}}, opts...)...)
 	f := &streamHarness{ln: fasthttputil.NewInmemoryListener(), buf: make([]byte, 256<<10+frames*(512+len(word))),
 		done: []byte("data: [DONE]")}
 	switch path {

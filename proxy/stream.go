@@ -90,6 +90,9 @@ func (t *turn) open(conn net.Conn, req *fasthttp.Request, head *fasthttp.Respons
 		t.refuse(conn, head, cerr, owned)
 		return
 	}
+	if t.tctx != nil {
+		t.startStream()
+	}
 	h := &head.Header
 	h.SetContentType("text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -215,6 +218,9 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 		}
 		next = kc
 	}
+	if t.sspan != nil {
+		t.endStream(status, cerr, complete)
+	}
 	t.finishAdmission()
 	c := t.hcall
 	t.account(&c.Usage)
@@ -310,7 +316,8 @@ type streamState struct {
 	done      bool
 	failure   *codec.Error
 	firstSent bool
-	deltas    int // content and tool-call frames sent
+	firstByte bool // the first upstream bytes were read (traced streams)
+	deltas    int  // content and tool-call frames sent
 }
 
 // pump copies the upstream stream to the client, rewriting every frame for
@@ -320,7 +327,12 @@ type streamState struct {
 // upstream call when it has not finished.
 func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	began := time.Now()
-	defer func() { t.ch.m.streamDuration.Update(time.Since(began).Seconds()) }()
+	defer func() {
+		t.ch.m.streamDuration.Update(time.Since(began).Seconds())
+		if t.maxGap > 0 {
+			t.ch.m.maxGap.Update(t.maxGap.Seconds())
+		}
+	}()
 
 	// t.out holds the response head; the first frame goes out with it.
 	switch t.wire {
@@ -374,6 +386,10 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 			t.gone = true
 		}
 		if n > 0 && !t.gone {
+			if t.sspan != nil && !st.firstByte {
+				st.firstByte = true
+				t.streamEvent(EventFirstByte)
+			}
 			sc.Commit(n)
 			if !t.relayRead(w, sc, &chunk, &st) || !t.keepQuiet(w, time.Now()) {
 				t.gone = true
@@ -612,9 +628,11 @@ func (t *turn) keepQuiet(w *clientWriter, now time.Time) bool {
 	} else {
 		t.out = append(t.out, keepAliveComment...)
 	}
+	t.keepingAlive = true // not a token: no gap ends here
 	if !t.flush(w) {
 		t.gone = true
 	}
+	t.keepingAlive = false
 	return !t.gone
 }
 
@@ -744,10 +762,21 @@ func (t *turn) flush(w *clientWriter) bool {
 			return false
 		}
 	}
+	if !t.keepingAlive {
+		// The longest pause between two writes of frames to the client
+		// (the first one, the time to first token, aside).
+		if !t.lastWrite.IsZero() {
+			t.maxGap = max(t.maxGap, w.last.Sub(t.lastWrite))
+		}
+		t.lastWrite = w.last
+	}
 	if t.firstPending {
 		t.firstPending = false
 		t.ttft = time.Since(t.start)
 		t.ch.m.ttft.Update(t.ttft.Seconds())
+		if t.sspan != nil {
+			t.streamEvent(EventFirstSent)
+		}
 	}
 	t.lastSent = t.last
 	return true

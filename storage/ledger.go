@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/meter"
@@ -48,7 +51,21 @@ type LedgerConfig struct {
 	// while it is unreachable (the pause doubles from FlushInterval, and
 	// is never shorter). Default 5s.
 	RetryMax time.Duration
+	// Tracer exports a span per batch statement, linked to the spans of
+	// the requests whose rows it writes (up to MaxSpanLinks of them); nil,
+	// the default, exports none.
+	Tracer trace.Tracer
 }
+
+// TracerName is the instrumentation scope of the spans storage exports.
+const TracerName = "github.com/edgegw/gateway/storage"
+
+// SpanLedgerWrite is the span of one batch statement of the ledger.
+const SpanLedgerWrite = "gateway.ledger.write"
+
+// MaxSpanLinks is the most requests one ledger write's span links to: the
+// SDK's default limit of links per span.
+const MaxSpanLinks = 128
 
 // Validate checks the configuration and fills in defaults.
 func (c *LedgerConfig) Validate() error {
@@ -459,6 +476,9 @@ func (l *Ledger) insert(rows []ledgerRow, replay bool) error {
 	defer cancel()
 	start := time.Now()
 	n, err := l.w.writeRows(ctx, rows)
+	if l.cfg.Tracer != nil {
+		l.traceWrite(rows, replay, start, n, err)
+	}
 	if err != nil {
 		l.m.writeErrors.Inc()
 		l.markDown(err)
@@ -637,4 +657,31 @@ func (l *Ledger) logWriteError(msg string, err error) {
 	if ok, n := l.errLog.Allow(); ok {
 		l.log.Error(msg, "err", err, "suppressed", n)
 	}
+}
+
+// traceWrite exports the span of one batch statement that began at start:
+// how many rows it carried and wrote, whether they were replayed from the
+// spool, and links to the requests whose spans were sampled (a replayed
+// row no longer names its request's span).
+func (l *Ledger) traceWrite(rows []ledgerRow, replay bool, start time.Time, inserted int64, err error) {
+	var links []trace.Link
+	for i := range rows {
+		if len(links) == MaxSpanLinks {
+			break
+		}
+		r := &rows[i]
+		if r.traceID == ([16]byte{}) {
+			continue
+		}
+		links = append(links, trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: r.traceID, SpanID: r.spanID, TraceFlags: trace.FlagsSampled, Remote: true})})
+	}
+	_, sp := l.cfg.Tracer.Start(context.Background(), SpanLedgerWrite, trace.WithTimestamp(start), trace.WithLinks(links...),
+		trace.WithSpanKind(trace.SpanKindClient))
+	sp.SetAttributes(attribute.Int("gateway.ledger.rows", len(rows)), attribute.Int64("gateway.ledger.inserted", inserted),
+		attribute.Bool("gateway.ledger.replay", replay), attribute.String("db.system.name", "postgresql"))
+	if err != nil {
+		sp.SetStatus(codes.Error, "write failed")
+	}
+	sp.End()
 }

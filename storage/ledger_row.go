@@ -67,6 +67,10 @@ type ledgerRow struct {
 	text                      [rowTextCap]byte
 	long                      *[nText]string // the texts, when they did not fit in text
 	barrier                   *barrier
+	// traceID and spanID name the request's sampled span (zero when
+	// there is none); they are not stored or spooled.
+	traceID [16]byte
+	spanID  [8]byte
 }
 
 // fill copies r into the row and mints its row id. It reports whether an
@@ -94,6 +98,7 @@ func (w *ledgerRow) fill(r *hotpath.UsageRecord) (badID bool) {
 	w.inTok, w.outTok, w.wTok, w.cost = r.InputTokens, r.OutputTokens, r.WeightedTokens, r.CostPico
 	w.durUS, w.ttftUS = r.DurationUS, r.TTFTUS
 	w.flags = rowFlags(r.Estimated, r.Billed, r.Stream)
+	w.traceID, w.spanID = r.TraceID, r.SpanID
 	w.setTexts(&[nText]string{r.RequestID, r.Bucket, r.Route, r.Tier, r.ErrorCode})
 	return badID
 }

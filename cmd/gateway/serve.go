@@ -20,6 +20,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/control"
@@ -70,6 +72,10 @@ type serveConfig struct {
 	Ledger storage.LedgerConfig
 	// Eval configures this process's share of the eval queue.
 	Eval evalFlags
+	// Tracing configures span export over OTLP (off unless configured);
+	// validate resolves it and sets tracingOn.
+	Tracing   tracingConfig
+	tracingOn bool
 
 	// UpstreamMaxResponse and UpstreamMaxEvent cap what an upstream sends
 	// back: a non-streaming body and one SSE event, bytes.
@@ -126,6 +132,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Eval.Fleet, "eval-fleet-concurrency", 32, "eval items running at once across every process sharing the database, so evals never starve live traffic")
 	fs.DurationVar(&c.Eval.Lease, "eval-lease", 30*time.Second, "how long an eval item's claim lives without a heartbeat; a killed process's items are retried by another after it")
 	fs.DurationVar(&c.Eval.Poll, "eval-poll", 500*time.Millisecond, "how often an idle eval runner looks for queued work")
+	c.Tracing.flags(fs)
 	c.dbConns = dbConns
 }
 
@@ -133,6 +140,10 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 func (c *serveConfig) validate() error {
 	if c.dbConns != nil {
 		c.DB.MaxConns = int32(*c.dbConns)
+	}
+	var err error
+	if c.tracingOn, err = c.Tracing.resolve(); err != nil {
+		return err
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("addr: %w", err)
@@ -296,7 +307,9 @@ type app struct {
 	evalDone chan struct{}
 	metrics  *metrics.Set
 	edge     *proxy.Edge
-	status   *control.Status
+	// tracing exports spans; nil when tracing is off.
+	tracing *sdktrace.TracerProvider
+	status  *control.Status
 	// stopStatus ends the status prober; statusDone is closed when it has
 	// given its lead up.
 	stopStatus context.CancelFunc
@@ -440,7 +453,19 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	set := metrics.NewSet()
 	a.metrics = set
 	registerRuntimeMetrics(set, a)
-	if a.ledger, err = storage.NewLedger(a.db, cfg.Ledger, set, log); err != nil {
+	var tracer trace.Tracer // nil: tracing is off
+	ledgerCfg := cfg.Ledger
+	if cfg.tracingOn {
+		if a.tracing, err = newTracerProvider(ctx, cfg.Tracing, buildCommit(), log); err != nil {
+			a.shutdown()
+			return nil, err
+		}
+		tracer = a.tracing.Tracer(proxy.TracerName)
+		ledgerCfg.Tracer = a.tracing.Tracer(storage.TracerName)
+		log.Info("exporting spans over OTLP", "protocol", cfg.Tracing.Protocol, "sample_ratio", cfg.Tracing.SampleRatio,
+			"service_name", cfg.Tracing.ServiceName)
+	}
+	if a.ledger, err = storage.NewLedger(a.db, ledgerCfg, set, log); err != nil {
 		a.shutdown()
 		return nil, err
 	}
@@ -461,7 +486,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	a.limits = limits
 	set.NewGauge(`gateway_limits_unmetered_total`, func() float64 { return float64(limits.Unmetered.Load()) })
 	edge := proxy.NewEdge(proxy.EdgeConfig{Verifier: a.verifier, Log: log, Metrics: set, AccessLog: cfg.AccessLog,
-		Limits: limits, Usage: a.ledger})
+		Limits: limits, Usage: a.ledger, Tracer: tracer})
 	a.edge = edge
 	rt := proxy.NewRouter(edge)
 	cat, err := proxy.NewCatalogue(tiers)
@@ -496,7 +521,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 		Aux: proxy.AuxConfig{Embed: ups[hotpath.TierEmbed], Rerank: ups[hotpath.TierRerank], Guard: ups[hotpath.TierGuard],
 			RerankShape: st.RerankShape, GuardConcurrency: st.GuardConcurrency}, Gates: st.Gates,
 		Files: a.files, MaxFileTokens: st.Files.MaxFileTokens, MaxTurnTokens: st.Files.MaxTurnTokens,
-		MaxImageBytes: st.Files.MaxImageBytes, Memory: mem})
+		MaxImageBytes: st.Files.MaxImageBytes, Memory: mem, Tracer: tracer})
 	if err != nil {
 		a.shutdown()
 		return nil, err
@@ -647,6 +672,14 @@ func (a *app) stop() {
 		}
 		cancel()
 	}
+	if a.tracing != nil {
+		// After the ledger: its last writes' spans go out too.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := a.tracing.Shutdown(ctx); err != nil {
+			a.log.Warn("spans left unexported at shutdown", "err", err)
+		}
+		cancel()
+	}
 	if a.limits != nil {
 		a.limits.Wait()
 	}
@@ -682,6 +715,14 @@ func registerRuntimeMetrics(set *metrics.Set, a *app) {
 	set.NewGauge("gateway_key_lookup_errors_total", stat(func(s hotpath.VerifierStats) uint64 { return s.LookupErrors }))
 	set.NewGauge("gateway_db_pool_acquired_conns", func() float64 { return float64(a.db.Pool.Stat().AcquiredConns()) })
 	set.NewGauge("gateway_db_pool_total_conns", func() float64 { return float64(a.db.Pool.Stat().TotalConns()) })
+	set.NewGauge("gateway_db_pool_idle_conns", func() float64 { return float64(a.db.Pool.Stat().IdleConns()) })
+	set.NewGauge("gateway_db_pool_max_conns", func() float64 { return float64(a.db.Pool.Stat().MaxConns()) })
+	// Acquires that found no idle connection and waited, and the time all
+	// acquires waited: a pool too small shows here before it times out.
+	set.NewGauge("gateway_db_pool_acquires_total", func() float64 { return float64(a.db.Pool.Stat().AcquireCount()) })
+	set.NewGauge("gateway_db_pool_empty_acquires_total", func() float64 { return float64(a.db.Pool.Stat().EmptyAcquireCount()) })
+	set.NewGauge("gateway_db_pool_acquire_wait_seconds_total", func() float64 { return a.db.Pool.Stat().AcquireDuration().Seconds() })
+	set.NewGauge("gateway_db_pool_canceled_acquires_total", func() float64 { return float64(a.db.Pool.Stat().CanceledAcquireCount()) })
 	if ok, _, _, _ := a.db.ReplicaStats(); ok {
 		set.NewGauge("gateway_db_replica_lag_seconds", func() float64 {
 			_, lag, _, _ := a.db.ReplicaStats()
