@@ -3,10 +3,12 @@ package storage_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/hotpath"
@@ -15,15 +17,19 @@ import (
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
-func TestRedisIdempotencyContract(t *testing.T) {
-	c := storetest.Redis(t)
+func TestRedisIdempotencyContract(t *testing.T) { storetest.EachRedis(t, testRedisIdempotencyContract) }
+
+func testRedisIdempotencyContract(t *testing.T, connect func(testing.TB) rueidis.Client) {
+	c := connect(t)
 	idemtest.Run(t, func(t *testing.T) hotpath.IdempotencyStore {
 		return storage.NewRedisIdempotency(c, storetest.Prefix(), idemtest.TTL, idemtest.Lease)
 	})
 }
 
-func TestRedisIdempotencyKeys(t *testing.T) {
-	c := storetest.Redis(t)
+func TestRedisIdempotencyKeys(t *testing.T) { storetest.EachRedis(t, testRedisIdempotencyKeys) }
+
+func testRedisIdempotencyKeys(t *testing.T, connect func(testing.TB) rueidis.Client) {
+	c := connect(t)
 	ctx := t.Context()
 	prefix := storetest.Prefix()
 	s := storage.NewRedisIdempotency(c, prefix, time.Hour, time.Minute)
@@ -36,9 +42,7 @@ func TestRedisIdempotencyKeys(t *testing.T) {
 
 	sum := sha256.Sum256([]byte(idemKey))
 	name := prefix + "idem:key_42:" + hex.EncodeToString(sum[:])
-	keys, err := c.Do(ctx, c.B().Keys().Pattern(prefix+"*").Build()).AsStrSlice()
-	require.NoError(t, err)
-	require.Equal(t, []string{name}, keys)
+	require.Equal(t, []string{name}, allKeys(t, c, prefix+"*"), "one key, untagged: a script touches only it")
 
 	pttl := func() time.Duration {
 		ms, err := c.Do(ctx, c.B().Pttl().Key(name).Build()).AsInt64()
@@ -56,9 +60,13 @@ func TestRedisIdempotencyKeys(t *testing.T) {
 
 // Two processes, each with its own client, share claims and replies.
 func TestRedisIdempotencyAcrossProcesses(t *testing.T) {
+	storetest.EachRedis(t, testRedisIdempotencyAcrossProcesses)
+}
+
+func testRedisIdempotencyAcrossProcesses(t *testing.T, connect func(testing.TB) rueidis.Client) {
 	prefix := storetest.Prefix()
-	a := storage.NewRedisIdempotency(storetest.Redis(t), prefix, time.Hour, time.Minute)
-	b := storage.NewRedisIdempotency(storetest.Redis(t), prefix, time.Hour, time.Minute)
+	a := storage.NewRedisIdempotency(connect(t), prefix, time.Hour, time.Minute)
+	b := storage.NewRedisIdempotency(connect(t), prefix, time.Hour, time.Minute)
 	ctx := t.Context()
 	body := sha256.Sum256([]byte("body"))
 
@@ -76,9 +84,20 @@ func TestRedisIdempotencyAcrossProcesses(t *testing.T) {
 }
 
 func TestRedisIdempotencyUnreachable(t *testing.T) {
-	c := storetest.Redis(t)
+	storetest.EachRedis(t, testRedisIdempotencyUnreachable)
+}
+
+func testRedisIdempotencyUnreachable(t *testing.T, connect func(testing.TB) rueidis.Client) {
+	c := connect(t)
 	s := storage.NewRedisIdempotency(c, storetest.Prefix(), time.Hour, time.Minute)
 	c.Close()
+	// A cluster client closes its node connections in the background.
+	n := 0
+	require.Eventually(t, func() bool {
+		n++
+		_, _, err := s.Begin(t.Context(), "scope", fmt.Sprint("probe-", n), sha256.Sum256(nil))
+		return err != nil
+	}, 5*time.Second, 10*time.Millisecond)
 	_, claim, err := s.Begin(t.Context(), "scope", "k", sha256.Sum256(nil))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, hotpath.ErrIdempotencyConflict)
@@ -86,7 +105,11 @@ func TestRedisIdempotencyUnreachable(t *testing.T) {
 }
 
 func TestRedisIdempotencyRefusesNonHTTPStatus(t *testing.T) {
-	s := storage.NewRedisIdempotency(storetest.Redis(t), storetest.Prefix(), time.Hour, time.Minute)
+	storetest.EachRedis(t, testRedisIdempotencyRefusesNonHTTPStatus)
+}
+
+func testRedisIdempotencyRefusesNonHTTPStatus(t *testing.T, connect func(testing.TB) rueidis.Client) {
+	s := storage.NewRedisIdempotency(connect(t), storetest.Prefix(), time.Hour, time.Minute)
 	_, claim, err := s.Begin(t.Context(), "scope", "k", sha256.Sum256(nil))
 	require.NoError(t, err)
 	require.Error(t, claim.Complete(t.Context(), hotpath.Replay{Status: 0}))
