@@ -87,7 +87,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConfigPath, "config", "", "YAML file with tiers and prices (see the configuration reference)")
 	fs.StringVar(&c.DB.URL, "database-url", "", "PostgreSQL URL (required)")
 	dbConns := fs.Int("database-max-conns", 16, "PostgreSQL pool size")
-	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL for fleet-wide counters; empty keeps counters in this process")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL for fleet-wide counters: redis://host:port, a cluster's seed nodes as redis://node1:port?addr=node2:port, or Sentinel as redis://sentinel1:port?addr=sentinel2:port&master_set=name; empty keeps counters in this process")
 	fs.BoolVar(&c.Migrate, "migrate", true, "apply pending schema migrations at start (under an advisory lock)")
 	fs.BoolVar(&c.Demo, "demo", false, "seed a demo organization, user and developer key, and print the key")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -144,8 +144,8 @@ func (c *serveConfig) validate() error {
 		return err
 	}
 	if c.RedisURL != "" {
-		if _, err := rueidis.ParseURL(c.RedisURL); err != nil {
-			return fmt.Errorf("redis-url: %w", err)
+		if _, err := storage.ParseRedisURL(c.RedisURL); err != nil {
+			return err
 		}
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
