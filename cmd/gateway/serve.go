@@ -86,6 +86,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminAddr, "admin-addr", "127.0.0.1:9090", "address of the admin listener serving /metrics and /debug/pprof/; empty disables it")
 	fs.StringVar(&c.ConfigPath, "config", "", "YAML file with tiers and prices (see the configuration reference)")
 	fs.StringVar(&c.DB.URL, "database-url", "", "PostgreSQL URL (required)")
+	fs.StringVar(&c.DB.DirectURL, "database-direct-url", "", "PostgreSQL URL that bypasses a transaction-mode pooler (PgBouncer), for the key listener, the status lock and migrations; setting it runs --database-url's queries without named prepared statements; empty: --database-url is direct")
 	dbConns := fs.Int("database-max-conns", 16, "PostgreSQL pool size")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL for fleet-wide counters: redis://host:port, a cluster's seed nodes as redis://node1:port?addr=node2:port, or Sentinel as redis://sentinel1:port?addr=sentinel2:port&master_set=name; empty keeps counters in this process")
 	fs.BoolVar(&c.Migrate, "migrate", true, "apply pending schema migrations at start (under an advisory lock)")
