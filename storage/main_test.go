@@ -10,5 +10,6 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	storetest.StopRedisCluster()
+	storetest.StopPgBouncer()
 	os.Exit(code)
 }

@@ -67,9 +67,10 @@ func seed(t *testing.T, db *storage.DB) (storage.Org, storage.User) {
 	return org, u
 }
 
-func TestKeysStoreOnlyHashes(t *testing.T) {
+func TestKeysStoreOnlyHashes(t *testing.T) { storetest.EachDB(t, testKeysStoreOnlyHashes) }
+
+func testKeysStoreOnlyHashes(t *testing.T, db *storage.DB) {
 	ctx := context.Background()
-	db := storetest.DB(t)
 	org, u := seed(t, db)
 	cap := int64(2_500_000)
 	issued, err := db.CreateKey(ctx, storage.NewKey{UserID: u.ID, OrgID: org.ID, Kind: hotpath.KindDeveloper,
@@ -123,9 +124,10 @@ func TestSignedInKeysExpireIn90Days(t *testing.T) {
 	require.WithinDuration(t, time.Now().Add(90*24*time.Hour), exp, time.Minute)
 }
 
-func TestKeyNeedsMembership(t *testing.T) {
+func TestKeyNeedsMembership(t *testing.T) { storetest.EachDB(t, testKeyNeedsMembership) }
+
+func testKeyNeedsMembership(t *testing.T, db *storage.DB) {
 	ctx := context.Background()
-	db := storetest.DB(t)
 	_, u := seed(t, db)
 	other, err := db.CreateOrg(ctx, "Other")
 	require.NoError(t, err)
@@ -135,9 +137,10 @@ func TestKeyNeedsMembership(t *testing.T) {
 	require.ErrorIs(t, err, storage.ErrNotMember)
 }
 
-func TestEndedMembershipRevokes(t *testing.T) {
+func TestEndedMembershipRevokes(t *testing.T) { storetest.EachDB(t, testEndedMembershipRevokes) }
+
+func testEndedMembershipRevokes(t *testing.T, db *storage.DB) {
 	ctx := context.Background()
-	db := storetest.DB(t)
 	org, u := seed(t, db)
 	issued, err := db.CreateKey(ctx, storage.NewKey{UserID: u.ID, OrgID: org.ID, Kind: hotpath.KindDeveloper})
 	require.NoError(t, err)
@@ -158,9 +161,10 @@ func TestDuplicateEmail(t *testing.T) {
 	require.ErrorIs(t, err, storage.ErrNotFound)
 }
 
-func TestServiceTokens(t *testing.T) {
+func TestServiceTokens(t *testing.T) { storetest.EachDB(t, testServiceTokens) }
+
+func testServiceTokens(t *testing.T, db *storage.DB) {
 	ctx := context.Background()
-	db := storetest.DB(t)
 	issued, err := db.CreateServiceToken(ctx, storage.NewServiceToken{Name: "billing", ReadOnly: true, ExpiresIn: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, hotpath.TokenService, hotpath.CheckToken([]byte(issued.Token)))
