@@ -62,6 +62,11 @@ func (c *Config) Validate() error {
 		if _, err := pgx.ParseConfig(c.DirectURL); err != nil {
 			return fmt.Errorf("database-direct-url: %w", err)
 		}
+		if c.DirectURL == c.URL {
+			// A session lock taken through the pooler would stay on a
+			// server connection the pooler keeps, held for nobody.
+			return errors.New("database-direct-url: must reach PostgreSQL without the pooler database-url goes through, not be the same URL")
+		}
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = 16

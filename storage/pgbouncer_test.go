@@ -80,3 +80,10 @@ func TestStatusLeaderBehindPgBouncer(t *testing.T) {
 	require.False(t, lead(2))
 	require.False(t, lead(0))
 }
+
+func TestDirectURLIsNotThePooledOne(t *testing.T) {
+	c := storage.Config{URL: "postgres://u@pooler:6432/db", DirectURL: "postgres://u@pooler:6432/db"}
+	require.ErrorContains(t, c.Validate(), "database-direct-url")
+	c.DirectURL = "postgres://u@primary:5432/db"
+	require.NoError(t, c.Validate())
+}
