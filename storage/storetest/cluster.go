@@ -76,8 +76,8 @@ func RedisCluster(t testing.TB) rueidis.Client {
 	return c
 }
 
-// StopRedisCluster stops the test cluster, if one was started, and removes
-// its files. Call it from TestMain after m.Run.
+// StopRedisCluster stops the test cluster and the test sentinel, if they
+// were started, and removes their files. Call it from TestMain after m.Run.
 func StopRedisCluster() {
 	cluster.mu.Lock()
 	defer cluster.mu.Unlock()
@@ -88,26 +88,27 @@ func StopRedisCluster() {
 	cluster.cmds = nil
 	if cluster.dir != "" {
 		os.RemoveAll(cluster.dir)
+		cluster.dir = ""
 	}
 }
 
-// EachRedis runs f once on the shared Redis (REDIS_URL) and once on the test
-// Redis Cluster, as subtests Single and Cluster. connect returns a new
-// client of that Redis, closed when its test ends: two clients stand for
-// two gateway processes.
+// EachRedis runs f on the shared Redis (REDIS_URL), on the test Redis
+// Cluster and on the test Sentinel's primary, as subtests Single, Cluster
+// and Sentinel. connect returns a new client of that Redis, closed when its
+// test ends: two clients stand for two gateway processes.
 func EachRedis(t *testing.T, f func(t *testing.T, connect func(testing.TB) rueidis.Client)) {
 	t.Run("Single", func(t *testing.T) { f(t, Redis) })
 	t.Run("Cluster", func(t *testing.T) { f(t, RedisCluster) })
+	t.Run("Sentinel", func(t *testing.T) { f(t, RedisSentinel) })
 }
 
 func startCluster(bin string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "redis-cluster-")
+	dir, err := serversDir()
 	if err != nil {
 		return "", err
 	}
-	cluster.dir = dir
 	ports, err := clusterPorts(clusterNodes)
 	if err != nil {
 		return "", err
@@ -160,6 +161,20 @@ func startCluster(bin string) (string, error) {
 	return url, nil
 }
 
+// serversDir is the directory of the test Redis servers' files.
+func serversDir() (string, error) {
+	cluster.mu.Lock()
+	defer cluster.mu.Unlock()
+	if cluster.dir == "" {
+		dir, err := os.MkdirTemp("", "redis-servers-")
+		if err != nil {
+			return "", err
+		}
+		cluster.dir = dir
+	}
+	return cluster.dir, nil
+}
+
 func sep(url string) string {
 	if strings.Contains(url, "?") {
 		return "&"
@@ -204,16 +219,22 @@ func nodeLog(dir string, port int) string {
 	return filepath.Join(dir, strconv.Itoa(port)+".log")
 }
 
-// startNode starts one cluster-enabled, persistence-free redis-server in
-// the foreground, as a child that dies with the test binary.
+// startNode starts one cluster-enabled, persistence-free redis-server.
 func startNode(bin, dir string, port int) error {
 	p := strconv.Itoa(port)
-	cmd := exec.Command(bin,
-		"--bind", "127.0.0.1", "--port", p,
+	return startServer(bin, dir, port,
 		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes-"+p+".conf"),
 		"--cluster-node-timeout", "5000",
-		"--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", nodeLog(dir, port))
+		"--save", "", "--appendonly", "no")
+}
+
+// startServer starts redis-server on the loopback port in the foreground,
+// logging under dir, as a child that dies with the test binary. args come
+// first (a configuration file must).
+func startServer(bin, dir string, port int, args ...string) error {
+	cmd := exec.Command(bin, append(args,
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--dir", dir, "--logfile", nodeLog(dir, port))...)
 	cmd.SysProcAttr = dieWithParent()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("cannot start redis-server: %w", err)
