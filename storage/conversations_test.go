@@ -316,10 +316,7 @@ func TestConversationRetentionSkipsAConversationBeingAppended(t *testing.T) {
 }
 
 func TestConversationDeleteRecordsMetadataOnly(t *testing.T) {
-	storetest.EachDB(t, testConversationDeleteRecordsMetadataOnly)
-}
-
-func testConversationDeleteRecordsMetadataOnly(t *testing.T, db *storage.DB) {
+	db := storetest.DB(t)
 	ctx := context.Background()
 	a := convSeed(t, db, "ada@example.com")
 	title := "Secret plans"

@@ -27,7 +27,7 @@ import (
 // counter of a test under a tenant of its own (the test's name), so that on
 // the cluster the tests' counters spread over its slots and nodes.
 func TestRedisCountersContract(t *testing.T) {
-	storetest.EachRedis(t, func(t *testing.T, connect func(testing.TB) rueidis.Client) {
+	storetest.EachRedisDeployment(t, func(t *testing.T, connect func(testing.TB) rueidis.Client) {
 		client := connect(t)
 		newCounters := func(t *testing.T, seeder meter.BudgetSeeder) *storage.RedisCounters {
 			c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix(), Seeder: seeder})

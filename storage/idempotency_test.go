@@ -17,7 +17,9 @@ import (
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
-func TestRedisIdempotencyContract(t *testing.T) { storetest.EachRedis(t, testRedisIdempotencyContract) }
+func TestRedisIdempotencyContract(t *testing.T) {
+	storetest.EachRedisDeployment(t, testRedisIdempotencyContract)
+}
 
 func testRedisIdempotencyContract(t *testing.T, connect func(testing.TB) rueidis.Client) {
 	c := connect(t)
@@ -60,7 +62,7 @@ func testRedisIdempotencyKeys(t *testing.T, connect func(testing.TB) rueidis.Cli
 
 // Two processes, each with its own client, share claims and replies.
 func TestRedisIdempotencyAcrossProcesses(t *testing.T) {
-	storetest.EachRedis(t, testRedisIdempotencyAcrossProcesses)
+	storetest.EachRedisDeployment(t, testRedisIdempotencyAcrossProcesses)
 }
 
 func testRedisIdempotencyAcrossProcesses(t *testing.T, connect func(testing.TB) rueidis.Client) {

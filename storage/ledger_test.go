@@ -120,10 +120,7 @@ func testLedgerRowsReachPostgres(t *testing.T, db *storage.DB) {
 }
 
 func TestLedgerKeepsEveryRowOfARequestIDUsedTwice(t *testing.T) {
-	storetest.EachDB(t, testLedgerKeepsEveryRowOfARequestIDUsedTwice)
-}
-
-func testLedgerKeepsEveryRowOfARequestIDUsedTwice(t *testing.T, db *storage.DB) {
+	db := storetest.DB(t)
 	l := openLedger(t, db, t.TempDir())
 	first := time.Now().Add(-time.Minute)
 	// Two callers choose the same X-Request-Id; one of them reuses it.
@@ -407,10 +404,7 @@ func TestSeedBudgetSlotsOfTheBurstWindow(t *testing.T) {
 }
 
 func TestSeedBudgetCountsRowsStillQueued(t *testing.T) {
-	storetest.EachDB(t, testSeedBudgetCountsRowsStillQueued)
-}
-
-func testSeedBudgetCountsRowsStillQueued(t *testing.T, db *storage.DB) {
+	db := storetest.DB(t)
 	l := openLedger(t, db, t.TempDir(), func(c *storage.LedgerConfig) { c.FlushInterval = time.Hour; c.RetryMax = time.Hour })
 	for range 3 {
 		l.Record(usage(fmt.Sprintf("q-%d", time.Now().UnixNano())))

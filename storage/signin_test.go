@@ -49,10 +49,7 @@ func poll(t *testing.T, db *storage.DB, h [32]byte) storage.DevicePoll {
 }
 
 func TestDeviceCodeApproveAndRedeemOnce(t *testing.T) {
-	storetest.EachDB(t, testDeviceCodeApproveAndRedeemOnce)
-}
-
-func testDeviceCodeApproveAndRedeemOnce(t *testing.T, db *storage.DB) {
+	db := storetest.DB(t)
 	ctx := context.Background()
 	org, u := seed(t, db)
 	h := newDeviceCode(t, db, "BCDFGHJK")
@@ -300,9 +297,8 @@ func testRedeemConcurrentlyIssuesOneKey(t *testing.T, db *storage.DB) {
 	require.Equal(t, 1, keys)
 }
 
-func TestOAuthStateIsSingleUse(t *testing.T) { storetest.EachDB(t, testOAuthStateIsSingleUse) }
-
-func testOAuthStateIsSingleUse(t *testing.T, db *storage.DB) {
+func TestOAuthStateIsSingleUse(t *testing.T) {
+	db := storetest.DB(t)
 	ctx := context.Background()
 	h := randomHash(t)
 	in := storage.OAuthState{Hash: h, Purpose: storage.StateNative, Provider: "corp", ClientID: "gw",

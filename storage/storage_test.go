@@ -124,9 +124,8 @@ func TestSignedInKeysExpireIn90Days(t *testing.T) {
 	require.WithinDuration(t, time.Now().Add(90*24*time.Hour), exp, time.Minute)
 }
 
-func TestKeyNeedsMembership(t *testing.T) { storetest.EachDB(t, testKeyNeedsMembership) }
-
-func testKeyNeedsMembership(t *testing.T, db *storage.DB) {
+func TestKeyNeedsMembership(t *testing.T) {
+	db := storetest.DB(t)
 	ctx := context.Background()
 	_, u := seed(t, db)
 	other, err := db.CreateOrg(ctx, "Other")
@@ -137,9 +136,8 @@ func testKeyNeedsMembership(t *testing.T, db *storage.DB) {
 	require.ErrorIs(t, err, storage.ErrNotMember)
 }
 
-func TestEndedMembershipRevokes(t *testing.T) { storetest.EachDB(t, testEndedMembershipRevokes) }
-
-func testEndedMembershipRevokes(t *testing.T, db *storage.DB) {
+func TestEndedMembershipRevokes(t *testing.T) {
+	db := storetest.DB(t)
 	ctx := context.Background()
 	org, u := seed(t, db)
 	issued, err := db.CreateKey(ctx, storage.NewKey{UserID: u.ID, OrgID: org.ID, Kind: hotpath.KindDeveloper})
@@ -161,9 +159,8 @@ func TestDuplicateEmail(t *testing.T) {
 	require.ErrorIs(t, err, storage.ErrNotFound)
 }
 
-func TestServiceTokens(t *testing.T) { storetest.EachDB(t, testServiceTokens) }
-
-func testServiceTokens(t *testing.T, db *storage.DB) {
+func TestServiceTokens(t *testing.T) {
+	db := storetest.DB(t)
 	ctx := context.Background()
 	issued, err := db.CreateServiceToken(ctx, storage.NewServiceToken{Name: "billing", ReadOnly: true, ExpiresIn: time.Hour})
 	require.NoError(t, err)

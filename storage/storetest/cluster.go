@@ -92,13 +92,21 @@ func StopRedisCluster() {
 	}
 }
 
-// EachRedis runs f on the shared Redis (REDIS_URL), on the test Redis
-// Cluster and on the test Sentinel's primary, as subtests Single, Cluster
-// and Sentinel. connect returns a new client of that Redis, closed when its
-// test ends: two clients stand for two gateway processes.
+// EachRedis runs f on the shared Redis (REDIS_URL) and on the test Redis
+// Cluster, as subtests Single and Cluster: the two key layouts the stores
+// have (untagged, and hash-tagged for a cluster). connect returns a new
+// client of that Redis, closed when its test ends: two clients stand for
+// two gateway processes.
 func EachRedis(t *testing.T, f func(t *testing.T, connect func(testing.TB) rueidis.Client)) {
 	t.Run("Single", func(t *testing.T) { f(t, Redis) })
 	t.Run("Cluster", func(t *testing.T) { f(t, RedisCluster) })
+}
+
+// EachRedisDeployment is EachRedis and, as subtest Sentinel, the test
+// Sentinel's primary (untagged keys, reached through the sentinel): for
+// the contract suites.
+func EachRedisDeployment(t *testing.T, f func(t *testing.T, connect func(testing.TB) rueidis.Client)) {
+	EachRedis(t, f)
 	t.Run("Sentinel", func(t *testing.T) { f(t, RedisSentinel) })
 }
 
