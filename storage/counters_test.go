@@ -751,3 +751,15 @@ func nodeOf(t *testing.T, client rueidis.Client, key string) string {
 	t.Fatalf("no node serves slot %d", slot)
 	return ""
 }
+
+// BenchmarkRedisClusterCounters is BenchmarkRedisCounters on the test Redis
+// Cluster: the same scripts with hash-tagged keys, routed by slot.
+func BenchmarkRedisClusterCounters(b *testing.B) {
+	client := &countingClient{Client: storetest.RedisCluster(b)}
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
+	b.Cleanup(c.Close)
+	metertest.Bench(b, c, time.Now(), 16, func(b *testing.B) {
+		start := client.n.Load()
+		b.Cleanup(func() { b.ReportMetric(float64(client.n.Load()-start)/float64(b.N), "roundtrips/op") })
+	})
+}
