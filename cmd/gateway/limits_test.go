@@ -176,10 +176,15 @@ func TestLedgerRowsAndRebuiltCounters(t *testing.T) {
 	}
 }
 
-// TestFleetSharesWindows runs two processes on one Redis: a key's
-// per-minute window is one window however its requests are spread.
+// TestFleetSharesWindows runs two processes on one Redis, and on a Redis
+// Cluster: a key's per-minute window is one window however its requests
+// are spread.
 func TestFleetSharesWindows(t *testing.T) {
-	redisURL := storetest.RedisURL(t)
+	t.Run("Single", func(t *testing.T) { testFleetSharesWindows(t, storetest.RedisURL(t)) })
+	t.Run("Cluster", func(t *testing.T) { testFleetSharesWindows(t, storetest.RedisClusterURL(t)) })
+}
+
+func testFleetSharesWindows(t *testing.T, redisURL string) {
 	plans := writePlans(t, "plans:\n  default:\n    requests_per_minute: 3\n")
 	a := startTestApp(t, func(c *serveConfig) { c.RedisURL, c.ConfigPath = redisURL, plans })
 	b := startTestApp(t, func(c *serveConfig) { c.RedisURL, c.ConfigPath, c.DB.URL = redisURL, plans, a.dbURL })
@@ -194,6 +199,23 @@ func TestFleetSharesWindows(t *testing.T) {
 	require.Equal(t, "rate_limited", r.body["code"])
 	require.NotEmpty(t, r.header.Get("Retry-After"))
 	require.Equal(t, 429, a.call(t, "GET", "/api/v1/limits", tn.key, nil).status, "reading limits is rate-limited too")
+}
+
+// A chat request on a Redis Cluster is admitted, settled and read back
+// through the organization's slot: its windows, lease and spend counter
+// carry one hash tag.
+func TestChatMeteredOnRedisCluster(t *testing.T) {
+	ta := startTestApp(t, func(c *serveConfig) { c.RedisURL = storetest.RedisClusterURL(t) })
+	tn := newTenant(t, ta.dbURL, "cluster@example.com", "--spend-cap-usd", "100")
+	r := ta.call(t, "POST", "/api/v1/chat", tn.key, chatBody("Hi [[sim:tokens=3]]"))
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	cost := r.body["usage"].(map[string]any)["cost"].(map[string]any)["amount"].(float64)
+	require.Positive(t, cost)
+	require.Eventually(t, func() bool { // settled after the answer
+		l := ta.call(t, "GET", "/api/v1/limits", tn.key, nil)
+		return l.status == 200 && l.body["key_spend_cap"].(map[string]any)["spent"].(float64) == cost
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Zero(t, ta.limits.Unmetered.Load(), "every call reached the cluster")
 }
 
 // TestSpentPoolsShowAndRefuse spends a subscription's pools and its mira
