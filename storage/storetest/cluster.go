@@ -25,9 +25,10 @@ import (
 // another's keys.
 const clusterNodes = 3
 
-// The cluster a test binary shares: started on first use, stopped by
+// The Redis servers a test binary shares (the cluster's nodes, and the
+// sentinel and its primary): started on first use, stopped by
 // StopRedisCluster (from TestMain) or, should the binary die first, with it
-// (see startNode).
+// (see startServer). dir holds their files; cmds are their processes.
 var cluster struct {
 	once sync.Once
 	url  string
