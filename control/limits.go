@@ -128,18 +128,18 @@ func (a *API) limits(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	add := func(b meter.Budget) int { budgets = append(budgets, b); return len(budgets) - 1 }
 	keyCap, wsCap, credits, monthly, burst, mira := -1, -1, -1, -1, -1, -1
 	if p.SpendCapMicros >= 0 {
-		keyCap = add(meter.Budget{Kind: meter.BudgetKeySpend, Subject: p.KeyID, Cap: meter.PicoUSD(p.SpendCapMicros)})
+		keyCap = add(meter.Budget{Kind: meter.BudgetKeySpend, Subject: p.KeyID, Cap: meter.PicoUSD(p.SpendCapMicros), Tenant: p.OrgID})
 	}
 	if p.WorkspaceID != "" && p.WorkspaceCapMicros >= 0 {
-		wsCap = add(meter.Budget{Kind: meter.BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: meter.PicoUSD(p.WorkspaceCapMicros)})
+		wsCap = add(meter.Budget{Kind: meter.BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: meter.PicoUSD(p.WorkspaceCapMicros), Tenant: p.OrgID})
 	}
 	if p.Kind == hotpath.KindHeadless {
-		credits = add(meter.Budget{Kind: meter.BudgetCredits, Subject: p.KeyID, Cap: meter.PicoUSD(p.CreditsCapMicros())})
+		credits = add(meter.Budget{Kind: meter.BudgetCredits, Subject: p.KeyID, Cap: meter.PicoUSD(p.CreditsCapMicros()), Tenant: p.OrgID})
 	}
 	if meter.Subscription(p) {
-		monthly = add(meter.Budget{Kind: meter.BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly})
-		burst = add(meter.Budget{Kind: meter.BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst})
-		mira = add(meter.Budget{Kind: meter.BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests})
+		monthly = add(meter.Budget{Kind: meter.BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly, Tenant: p.OrgID})
+		burst = add(meter.Budget{Kind: meter.BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst, Tenant: p.OrgID})
+		mira = add(meter.Budget{Kind: meter.BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests, Tenant: p.OrgID})
 	}
 	st := make([]meter.BudgetState, len(budgets))
 	if len(budgets) > 0 {

@@ -240,8 +240,8 @@ func ProbeErrorClass(err error) string {
 	return "error"
 }
 
-// Close gives the lead up, so another process takes over at once and the
-// lock's connection returns to the pool (which cannot close before it).
+// Close gives the lead up, so another process takes over at once, and
+// closes the lock's connection.
 func (s *Status) Close(ctx context.Context) {
 	if s.leader != nil {
 		s.leader.Release(ctx)

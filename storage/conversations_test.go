@@ -53,8 +53,11 @@ func convAppend(t *testing.T, db *storage.DB, a convAuthor, convID string, n sto
 }
 
 func TestConversationConcurrentAppendsKeepEverySequence(t *testing.T) {
+	storetest.EachDB(t, testConversationConcurrentAppendsKeepEverySequence)
+}
+
+func testConversationConcurrentAppendsKeepEverySequence(t *testing.T, db *storage.DB) {
 	ctx := context.Background()
-	db := storetest.DB(t)
 	a := convSeed(t, db, "ada@example.com")
 	conv := convCreate(t, db, a)
 
@@ -133,8 +136,11 @@ func TestConversationConcurrentForksKeepEveryMessage(t *testing.T) {
 }
 
 func TestConversationIdempotentAppendIsOneWrite(t *testing.T) {
+	storetest.EachDB(t, testConversationIdempotentAppendIsOneWrite)
+}
+
+func testConversationIdempotentAppendIsOneWrite(t *testing.T, db *storage.DB) {
 	ctx := context.Background()
-	db := storetest.DB(t)
 	a := convSeed(t, db, "ada@example.com")
 	conv := convCreate(t, db, a)
 	key := &storage.AppendKey{KeyHash: sha256.Sum256([]byte("k1")), BodyHash: sha256.Sum256([]byte("body"))}
@@ -230,8 +236,11 @@ func TestConversationRetentionDeletesExpired(t *testing.T) {
 }
 
 func TestConversationRetentionRunsInOneProcessAtATime(t *testing.T) {
+	storetest.EachDB(t, testConversationRetentionRunsInOneProcessAtATime)
+}
+
+func testConversationRetentionRunsInOneProcessAtATime(t *testing.T, db *storage.DB) {
 	ctx := context.Background()
-	db := storetest.DB(t)
 	a := convSeed(t, db, "ada@example.com")
 	c := convCreate(t, db, a)
 	_, err := db.Pool.Exec(ctx, `update conversations set retention_until = now() - interval '1 day' where id = $1`, c.ID)
@@ -307,8 +316,8 @@ func TestConversationRetentionSkipsAConversationBeingAppended(t *testing.T) {
 }
 
 func TestConversationDeleteRecordsMetadataOnly(t *testing.T) {
-	ctx := context.Background()
 	db := storetest.DB(t)
+	ctx := context.Background()
 	a := convSeed(t, db, "ada@example.com")
 	title := "Secret plans"
 	c, err := db.CreateConversation(ctx, a.userID, a.orgID, storage.NewConversation{Source: "cli", Title: &title})

@@ -25,6 +25,20 @@ package storage
 //	budget:<kind>:<subject>                   lifetime counter, expires 30 days after its last reservation
 //	budget:pool_burst:<subject>               hash {<slot start s>: usage, s: 1}, expires a window and a slot after its last reservation
 //
+// Redis Cluster. A script may only touch keys of one hash slot. On a
+// cluster (the client's mode says so) every key carries its counter's
+// tenant (meter's Tenants: the organization) as a hash tag right after the
+// prefix, <prefix>{<tenant>}<name> ("{-}" for counters without a tenant),
+// so all of one organization's windows, leases and budgets live in one
+// slot and every call, whose counters all belong to one organization,
+// runs on one node. Organizations spread over the slots; one
+// organization's traffic stays on one node, which is the unit a busy
+// organization can load. On a single Redis (or behind Sentinel) keys carry
+// no tag and are named as they always were. A call whose counters name two
+// tenants is refused (errMixedTenants) on both, before anything is sent.
+// The renewer re-scores leases in one script per tenant on a cluster, all
+// pipelined in one round trip per node.
+//
 // Windows and budgets run on the caller's clock readings, so tests move
 // time and every process agrees on calendar months. Leases run on the
 // Redis clock (TIME inside the scripts): their expiry is measured by the
@@ -65,7 +79,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +112,7 @@ const maxAbandonedRelease = 10 * leaseRenewBatch
 type RedisCounters struct {
 	client   rueidis.Client
 	prefix   string
+	tagged   bool // keys carry their tenant's hash tag: the client is a cluster's
 	seeder   meter.BudgetSeeder
 	log      *slog.Logger
 	leaseTTL time.Duration
@@ -160,6 +177,7 @@ func NewRedisCounters(cfg RedisCountersConfig) *RedisCounters {
 	c := &RedisCounters{
 		client:    cfg.Client,
 		prefix:    cfg.Prefix,
+		tagged:    cfg.Client.Mode() == rueidis.ClientModeCluster,
 		seeder:    cfg.Seeder,
 		log:       cfg.Log,
 		leaseTTL:  cfg.LeaseTTL,
@@ -192,6 +210,61 @@ func (c *RedisCounters) call(ctx context.Context) (context.Context, context.Canc
 // (Finish): the caller's cancellation does not apply.
 func (c *RedisCounters) detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+}
+
+// noTenant is the hash tag of counters without a tenant, on a cluster.
+const noTenant = "-"
+
+// errMixedTenants refuses a call whose counters belong to several tenants:
+// on a cluster their keys would lie in several slots, which one script
+// cannot touch.
+var errMixedTenants = errors.New("counters of several tenants in one call")
+
+// key names a window or a lease: prefix, the tenant's hash tag on a
+// cluster, kind, name. One allocation.
+func (c *RedisCounters) key(tenant, kind, name string) string {
+	if !c.tagged {
+		return c.prefix + kind + name
+	}
+	if tenant == "" {
+		tenant = noTenant
+	}
+	return c.prefix + "{" + tenant + "}" + kind + name
+}
+
+// tenants checks that the counters of one call share a tenant.
+type tenants struct {
+	first       string
+	seen, mixed bool
+}
+
+func (t *tenants) add(tenant string) {
+	if !t.seen {
+		t.first, t.seen = tenant, true
+	} else if tenant != t.first {
+		t.mixed = true
+	}
+}
+
+func (t *tenants) windows(ws []meter.Window) *tenants {
+	for i := range ws {
+		t.add(ws[i].Tenant)
+	}
+	return t
+}
+
+func (t *tenants) budgets(bs []meter.Budget) *tenants {
+	for i := range bs {
+		t.add(bs[i].Tenant)
+	}
+	return t
+}
+
+func (t *tenants) err(verb string) error {
+	if t.mixed {
+		return fmt.Errorf("cannot %s: %w", verb, errMixedTenants)
+	}
+	return nil
 }
 
 func countersDown(verb string, err error) error {
@@ -268,7 +341,7 @@ func (c *RedisCounters) windowArgs(now time.Time, ws []meter.Window) (keys, args
 // windowsHit reads them.
 func (c *RedisCounters) appendWindowArgs(keys, args []string, nowMs int64, ws []meter.Window) ([]string, []string) {
 	for i := range ws {
-		keys = append(keys, c.prefix+ws[i].Key)
+		keys = append(keys, c.key(ws[i].Tenant, "", ws[i].Key))
 		l := ws[i].Length.Milliseconds()
 		args = append(args, strconv.FormatInt(ws[i].Limit, 10), strconv.FormatInt(l, 10), strconv.FormatInt(nowMs+l, 10))
 	}
@@ -304,6 +377,9 @@ func (c *RedisCounters) Hit(ctx context.Context, now time.Time, ws []meter.Windo
 	if len(ws) == 0 {
 		return true, nil
 	}
+	if err := new(tenants).windows(ws).err("count requests"); err != nil {
+		return false, err
+	}
 	keys, args := c.windowArgs(now, ws)
 	ctx, cancel := c.call(ctx)
 	defer cancel()
@@ -331,6 +407,9 @@ func (c *RedisCounters) PeekWindows(ctx context.Context, now time.Time, ws []met
 	}
 	if len(ws) == 0 {
 		return nil
+	}
+	if err := new(tenants).windows(ws).err("read request windows"); err != nil {
+		return err
 	}
 	keys, args := c.windowArgs(now, ws)
 	ctx, cancel := c.call(ctx)
@@ -385,11 +464,11 @@ end
 return out
 `)
 
-func (c *RedisCounters) leaseKey(key string) string { return c.prefix + "lease:" + key }
+func (c *RedisCounters) leaseKey(tenant, key string) string { return c.key(tenant, "lease:", key) }
 
 // newLease names a lease of this process under key.
-func (c *RedisCounters) newLease(key string) meter.Lease {
-	return meter.Lease{Key: key, ID: c.idPrefix + strconv.FormatUint(c.seq.Add(1), 36)}
+func (c *RedisCounters) newLease(tenant, key string) meter.Lease {
+	return meter.Lease{Key: key, ID: c.idPrefix + strconv.FormatUint(c.seq.Add(1), 36), Tenant: tenant}
 }
 
 // hold hands a lease just taken to the renewer.
@@ -443,17 +522,33 @@ func (c *RedisCounters) renewOnce(run context.Context) {
 	if len(leases) == 0 {
 		return
 	}
-	batch := make([]rueidis.LuaExec, 0, (len(leases)+leaseRenewBatch-1)/leaseRenewBatch)
+	if c.tagged {
+		// One script touches one slot: one tenant's leases per batch.
+		slices.SortFunc(leases, func(a, b meter.Lease) int { return strings.Compare(a.Tenant, b.Tenant) })
+	}
+	var batch []rueidis.LuaExec
+	var spans [][2]int // each batch's leases: leases[start:end]
 	ttl := millis(c.leaseTTL)
-	for start := 0; start < len(leases); start += leaseRenewBatch {
-		part := leases[start:min(start+leaseRenewBatch, len(leases))]
+	for start := 0; start < len(leases); {
+		end := min(start+leaseRenewBatch, len(leases))
+		if c.tagged {
+			for i := start + 1; i < end; i++ {
+				if leases[i].Tenant != leases[start].Tenant {
+					end = i
+					break
+				}
+			}
+		}
+		part := leases[start:end]
 		e := rueidis.LuaExec{Keys: make([]string, len(part)), Args: make([]string, 1, 1+len(part))}
 		e.Args[0] = ttl
 		for i, l := range part {
-			e.Keys[i] = c.leaseKey(l.Key)
+			e.Keys[i] = c.leaseKey(l.Tenant, l.Key)
 			e.Args = append(e.Args, l.ID)
 		}
 		batch = append(batch, e)
+		spans = append(spans, [2]int{start, end})
+		start = end
 	}
 	ctx, cancel := context.WithTimeout(run, c.leaseTTL/3)
 	defer cancel()
@@ -471,7 +566,7 @@ func (c *RedisCounters) renewOnce(run context.Context) {
 		}
 		c.mu.Lock()
 		for i, ok := range flags {
-			l := leases[bi*leaseRenewBatch+i]
+			l := leases[spans[bi][0]+i]
 			if _, held := c.held[l]; ok == 0 && held {
 				delete(c.held, l)
 				lost++
@@ -514,7 +609,7 @@ func (c *RedisCounters) releaseAbandoned(run context.Context) {
 	}
 	cmds := make(rueidis.Commands, len(leases))
 	for i, l := range leases {
-		cmds[i] = c.client.B().Zrem().Key(c.leaseKey(l.Key)).Member(l.ID).Build()
+		cmds[i] = c.client.B().Zrem().Key(c.leaseKey(l.Tenant, l.Key)).Member(l.ID).Build()
 	}
 	ctx, cancel := context.WithTimeout(run, c.leaseTTL/3)
 	defer cancel()
@@ -711,8 +806,17 @@ func periodArg(p meter.Period) string {
 // budgetKey names b's counter for the period slot (a month's start in Unix
 // seconds; ignored for other periods).
 func (c *RedisCounters) budgetKey(b *meter.Budget, slot int64) string {
-	buf := make([]byte, 0, len(c.prefix)+len("budget:")+len("workspace_spend:")+len(b.Subject)+len(":2006-01"))
+	buf := make([]byte, 0, len(c.prefix)+len("{}")+max(len(b.Tenant), len(noTenant))+len("budget:")+len("workspace_spend:")+len(b.Subject)+len(":2006-01"))
 	buf = append(buf, c.prefix...)
+	if c.tagged {
+		buf = append(buf, '{')
+		if b.Tenant == "" {
+			buf = append(buf, noTenant...)
+		} else {
+			buf = append(buf, b.Tenant...)
+		}
+		buf = append(buf, '}')
+	}
 	buf = append(buf, "budget:"...)
 	buf = append(buf, b.Kind.String()...)
 	buf = append(buf, ':')
@@ -889,6 +993,9 @@ func (c *RedisCounters) Usage(ctx context.Context, now time.Time, budgets []mete
 	if len(budgets) == 0 {
 		return nil
 	}
+	if err := new(tenants).budgets(budgets).err("read budgets"); err != nil {
+		return err
+	}
 	month := meter.MonthStart(now).Unix()
 	oldestArg := strconv.FormatInt(meter.BurstWindowStart(now).Unix(), 10)
 	keys := make([]string, len(budgets))
@@ -1018,6 +1125,13 @@ func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *meter.Admis
 	if nw+nl+nb == 0 {
 		return meter.AdmitResult{}, nil
 	}
+	var tc tenants
+	if nl == 1 {
+		tc.add(a.LeaseTenant)
+	}
+	if err := tc.windows(a.Windows).budgets(a.Budgets).err("admit request"); err != nil {
+		return meter.AdmitResult{}, err
+	}
 	nowMs := now.UnixMilli()
 	keys := make([]string, 0, nw+nl+nb)
 	args := make([]string, 3, 3+3*nw+3*nl+6*nb)
@@ -1025,8 +1139,8 @@ func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *meter.Admis
 	keys, args = c.appendWindowArgs(keys, args, nowMs, a.Windows)
 	var lease meter.Lease
 	if nl == 1 {
-		lease = c.newLease(a.LeaseKey)
-		keys = append(keys, c.leaseKey(a.LeaseKey))
+		lease = c.newLease(a.LeaseTenant, a.LeaseKey)
+		keys = append(keys, c.leaseKey(a.LeaseTenant, a.LeaseKey))
 		args = append(args, strconv.FormatInt(a.LeaseLimit, 10), millis(c.leaseTTL), lease.ID)
 	}
 	keys, args, slots := c.appendBudgetArgs(keys, args, now, a.Budgets, a.Amounts)
@@ -1088,6 +1202,13 @@ func (c *RedisCounters) Finish(ctx context.Context, lease meter.Lease, r *meter.
 	if err := meter.CheckFinish(r, actual); err != nil {
 		return err
 	}
+	var tc tenants
+	if lease.ID != "" {
+		tc.add(lease.Tenant)
+	}
+	if err := tc.budgets(r.Budgets[:r.N]).err("finish request"); err != nil {
+		return err
+	}
 	var keys []string
 	args := []string{""}
 	if !r.MarkSettled() {
@@ -1095,7 +1216,7 @@ func (c *RedisCounters) Finish(ctx context.Context, lease meter.Lease, r *meter.
 	}
 	if lease.ID != "" {
 		c.forget(lease)
-		keys = append(keys, c.leaseKey(lease.Key))
+		keys = append(keys, c.leaseKey(lease.Tenant, lease.Key))
 		args[0] = lease.ID
 	}
 	if len(keys) == 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,17 +23,101 @@ import (
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
+// The contract, on one Redis and on a Redis Cluster; then again with every
+// counter of a test under a tenant of its own (the test's name), so that on
+// the cluster the tests' counters spread over its slots and nodes.
 func TestRedisCountersContract(t *testing.T) {
-	client := storetest.Redis(t)
-	metertest.Run(t, func(t *testing.T, seeder meter.BudgetSeeder) meter.Counters {
-		c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix(), Seeder: seeder})
-		t.Cleanup(c.Close)
-		return c
+	storetest.EachRedisDeployment(t, func(t *testing.T, connect func(testing.TB) rueidis.Client) {
+		client := connect(t)
+		newCounters := func(t *testing.T, seeder meter.BudgetSeeder) *storage.RedisCounters {
+			c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix(), Seeder: seeder})
+			t.Cleanup(c.Close)
+			return c
+		}
+		metertest.Run(t, func(t *testing.T, seeder meter.BudgetSeeder) meter.Counters {
+			return newCounters(t, seeder)
+		})
+		t.Run("Tenants", func(t *testing.T) {
+			metertest.Run(t, func(t *testing.T, seeder meter.BudgetSeeder) meter.Counters {
+				return tenantCounters{Counters: newCounters(t, untenanted{seeder}), tenant: t.Name()}
+			})
+		})
 	})
 }
 
+// tenantCounters puts every counter of its calls under one tenant, and
+// hides it from the test: reservations and the seeder's budgets come back
+// without it.
+type tenantCounters struct {
+	meter.Counters
+	tenant string
+}
+
+func (c tenantCounters) windows(ws []meter.Window) []meter.Window {
+	out := slices.Clone(ws)
+	for i := range out {
+		out[i].Tenant = c.tenant
+	}
+	return out
+}
+
+func (c tenantCounters) budgets(bs []meter.Budget) []meter.Budget {
+	out := slices.Clone(bs)
+	for i := range out {
+		out[i].Tenant = c.tenant
+	}
+	return out
+}
+
+func (c tenantCounters) Hit(ctx context.Context, now time.Time, ws []meter.Window, out []meter.WindowState) (bool, error) {
+	return c.Counters.Hit(ctx, now, c.windows(ws), out)
+}
+
+func (c tenantCounters) PeekWindows(ctx context.Context, now time.Time, ws []meter.Window, out []meter.WindowState) error {
+	return c.Counters.PeekWindows(ctx, now, c.windows(ws), out)
+}
+
+func (c tenantCounters) Usage(ctx context.Context, now time.Time, bs []meter.Budget, out []meter.BudgetState) error {
+	return c.Counters.Usage(ctx, now, c.budgets(bs), out)
+}
+
+func (c tenantCounters) Admit(ctx context.Context, now time.Time, a *meter.Admission, r *meter.Reservation) (meter.AdmitResult, error) {
+	t := *a
+	t.Windows, t.Budgets, t.LeaseTenant = c.windows(a.Windows), c.budgets(a.Budgets), c.tenant
+	res, err := c.Counters.Admit(ctx, now, &t, r)
+	for i := range r.N {
+		r.Budgets[i].Tenant = ""
+	}
+	if err == nil && res.Refused == meter.AdmitOK && a.LeaseKey != "" && res.Lease.Tenant != c.tenant {
+		err = fmt.Errorf("lease of tenant %q, admitted under %q", res.Lease.Tenant, c.tenant)
+	}
+	return res, err
+}
+
+// untenanted hands the seeder budgets as the test made them.
+type untenanted struct{ meter.BudgetSeeder }
+
+func (s untenanted) SeedBudget(ctx context.Context, b meter.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
+	b.Tenant = ""
+	return s.BudgetSeeder.SeedBudget(ctx, b, from, to, slot)
+}
+
+func (c tenantCounters) Finish(ctx context.Context, lease meter.Lease, r *meter.Reservation, actual []int64) error {
+	lease.Tenant = c.tenant // leases the test makes up
+	for i := range r.N {
+		r.Budgets[i].Tenant = c.tenant
+	}
+	return c.Counters.Finish(ctx, lease, r, actual)
+}
+
+// The keys a call writes and how long they live: on a cluster each carries
+// its tenant's hash tag, so one organization's counters share a slot.
 func TestRedisCountersKeys(t *testing.T) {
-	client := storetest.Redis(t)
+	storetest.EachRedis(t, testRedisCountersKeys)
+}
+
+func testRedisCountersKeys(t *testing.T, connect func(testing.TB) rueidis.Client) {
+	client := connect(t)
 	prefix := storetest.Prefix()
 	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix})
 	t.Cleanup(c.Close)
@@ -40,35 +125,59 @@ func TestRedisCountersKeys(t *testing.T) {
 	now := time.Now()
 
 	out := make([]meter.WindowState, 1)
-	_, err := c.Hit(ctx, now, []meter.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}, out)
+	_, err := c.Hit(ctx, now, []meter.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute, Tenant: "org_1"}}, out)
 	require.NoError(t, err)
-	res, err := c.Admit(ctx, now, &meter.Admission{LeaseKey: "cc:k1", LeaseLimit: 2, Budgets: []meter.Budget{
-		{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: -1},
-		{Kind: meter.BudgetCredits, Subject: "key_2", Cap: -1},
-		{Kind: meter.BudgetPoolBurst, Subject: "org_1", Cap: -1},
+	res, err := c.Admit(ctx, now, &meter.Admission{LeaseKey: "cc:k1", LeaseLimit: 2, LeaseTenant: "org_1", Budgets: []meter.Budget{
+		{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: -1, Tenant: "org_1"},
+		{Kind: meter.BudgetCredits, Subject: "key_2", Cap: -1, Tenant: "org_1"},
+		{Kind: meter.BudgetPoolBurst, Subject: "org_1", Cap: -1, Tenant: "org_1"},
 	}, Amounts: []int64{1, 2, 3}}, new(meter.Reservation))
 	require.NoError(t, err)
 	require.Equal(t, meter.AdmitOK, res.Refused)
 
 	month := meter.MonthStart(now).Format("2006-01")
-	want := map[string]time.Duration{
-		prefix + "rl:key:k1:requests":              time.Minute,
-		prefix + "lease:cc:k1":                     meter.LeaseTTL,
-		prefix + "budget:key_spend:key_1:" + month: meter.MonthStart(now).Add(meter.MonthCounterKeep).Sub(now),
-		prefix + "budget:credits:key_2":            meter.LifetimeCounterIdle,
-		prefix + "budget:pool_burst:org_1":         meter.BurstWindow + meter.BurstSlot,
+	head := prefix
+	if client.Mode() == rueidis.ClientModeCluster {
+		head += "{org_1}"
 	}
-	keys, err := client.Do(ctx, client.B().Keys().Pattern(prefix+"*").Build()).AsStrSlice()
-	require.NoError(t, err)
-	require.ElementsMatch(t, ttlKeys(want), keys)
+	want := map[string]time.Duration{
+		head + "rl:key:k1:requests":              time.Minute,
+		head + "lease:cc:k1":                     meter.LeaseTTL,
+		head + "budget:key_spend:key_1:" + month: meter.MonthStart(now).Add(meter.MonthCounterKeep).Sub(now),
+		head + "budget:credits:key_2":            meter.LifetimeCounterIdle,
+		head + "budget:pool_burst:org_1":         meter.BurstWindow + meter.BurstSlot,
+	}
+	require.ElementsMatch(t, ttlKeys(want), allKeys(t, client, prefix+"*"))
 	for k, ttl := range want {
 		ms, err := client.Do(ctx, client.B().Pttl().Key(k).Build()).AsInt64()
 		require.NoError(t, err)
 		require.InDelta(t, ttl, time.Duration(ms)*time.Millisecond, float64(5*time.Second), k)
 	}
-	slot, err := client.Do(ctx, client.B().Hget().Key(prefix+"budget:pool_burst:org_1").Field(fmt.Sprint(meter.BurstSlotStart(now).Unix())).Build()).ToString()
+	slot, err := client.Do(ctx, client.B().Hget().Key(head+"budget:pool_burst:org_1").Field(fmt.Sprint(meter.BurstSlotStart(now).Unix())).Build()).ToString()
 	require.NoError(t, err)
 	require.Equal(t, "3", slot, "a burst slot is a hash field named by its start")
+}
+
+// allKeys lists the keys matching pattern on every node of the client's
+// Redis.
+func allKeys(t *testing.T, client rueidis.Client, pattern string) []string {
+	t.Helper()
+	var keys []string
+	for _, n := range client.Nodes() {
+		ks, err := n.Do(t.Context(), n.B().Keys().Pattern(pattern).Build()).AsStrSlice()
+		require.NoError(t, err)
+		keys = append(keys, ks...)
+	}
+	return keys
+}
+
+// rawKey is the Redis name of the counter name without a tenant under
+// prefix, as RedisCounters writes it on the client's Redis.
+func rawKey(client rueidis.Client, prefix, name string) string {
+	if client.Mode() == rueidis.ClientModeCluster {
+		return prefix + "{-}" + name
+	}
+	return prefix + name
 }
 
 func ttlKeys(m map[string]time.Duration) []string {
@@ -82,11 +191,15 @@ func ttlKeys(m map[string]time.Duration) []string {
 // A process that dies holding leases frees them within the lease TTL; one
 // that lives keeps them however long its requests run.
 func TestRedisCountersCrashedProcessFreesItsSlots(t *testing.T) {
+	storetest.EachRedis(t, testRedisCountersCrashedProcessFreesItsSlots)
+}
+
+func testRedisCountersCrashedProcessFreesItsSlots(t *testing.T, connect func(testing.TB) rueidis.Client) {
 	const ttl = 600 * time.Millisecond
 	prefix := storetest.Prefix()
-	crashing := storetest.Redis(t)
+	crashing := connect(t)
 	a := storage.NewRedisCounters(storage.RedisCountersConfig{Client: crashing, Prefix: prefix, LeaseTTL: ttl})
-	b := storage.NewRedisCounters(storage.RedisCountersConfig{Client: storetest.Redis(t), Prefix: prefix, LeaseTTL: ttl})
+	b := storage.NewRedisCounters(storage.RedisCountersConfig{Client: connect(t), Prefix: prefix, LeaseTTL: ttl})
 	t.Cleanup(a.Close)
 	t.Cleanup(b.Close)
 
@@ -116,8 +229,12 @@ func TestRedisCountersCrashedProcessFreesItsSlots(t *testing.T) {
 // Leases Redis lost while their requests run are reported, once, and
 // no longer renewed.
 func TestRedisCountersReportLostLeases(t *testing.T) {
+	storetest.EachRedis(t, testRedisCountersReportLostLeases)
+}
+
+func testRedisCountersReportLostLeases(t *testing.T, connect func(testing.TB) rueidis.Client) {
 	const ttl = 300 * time.Millisecond
-	client := storetest.Redis(t)
+	client := connect(t)
 	prefix := storetest.Prefix()
 	var logs logtest.Buffer
 	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Log: slog.New(slog.NewJSONHandler(&logs, nil)), LeaseTTL: ttl})
@@ -127,7 +244,7 @@ func TestRedisCountersReportLostLeases(t *testing.T) {
 		_, ok := metertest.TakeSlot(t, c, time.Now(), key, 1)
 		require.True(t, ok)
 	}
-	require.NoError(t, client.Do(ctx, client.B().Del().Key(prefix+"lease:cc:k1").Build()).Error())
+	require.NoError(t, client.Do(ctx, client.B().Del().Key(rawKey(client, prefix, "lease:cc:k1")).Build()).Error())
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "concurrency leases expired while held") }, 3*ttl, 10*time.Millisecond)
 	require.Contains(t, logs.String(), `"lost":1`)
 	require.NotContains(t, logs.String(), "cc:k1", "lease keys are not logged")
@@ -160,7 +277,11 @@ func (s *fixedSeeder) SeedBudget(ctx context.Context, _ meter.Budget, from, to t
 // Redis forgetting a counter (restart, eviction) rebuilds it from the
 // ledger; a settlement meanwhile never takes it below zero nor recreates it.
 func TestRedisCountersRebuildLostCounters(t *testing.T) {
-	client := storetest.Redis(t)
+	storetest.EachRedis(t, testRedisCountersRebuildLostCounters)
+}
+
+func testRedisCountersRebuildLostCounters(t *testing.T, connect func(testing.TB) rueidis.Client) {
+	client := connect(t)
 	prefix := storetest.Prefix()
 	s := &fixedSeeder{usage: 500}
 	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Seeder: s})
@@ -184,7 +305,7 @@ func TestRedisCountersRebuildLostCounters(t *testing.T) {
 	require.Equal(t, int64(2), s.calls.Load())
 
 	// Rebuilt without the reservation in flight, as after a restart.
-	spendKey, burstKey := prefix+"budget:key_spend:key_1:2026-03", prefix+"budget:pool_burst:org_1"
+	spendKey, burstKey := rawKey(client, prefix, "budget:key_spend:key_1:2026-03"), rawKey(client, prefix, "budget:pool_burst:org_1")
 	require.NoError(t, client.Do(ctx, client.B().Set().Key(spendKey).Value("300").Build()).Error())
 	field := fmt.Sprint(meter.BurstSlotStart(now).Unix())
 	require.NoError(t, client.Do(ctx, client.B().Hset().Key(burstKey).FieldValue().FieldValue(field, "300").Build()).Error())
@@ -210,11 +331,15 @@ func TestRedisCountersRebuildLostCounters(t *testing.T) {
 // Two processes seeding the same missing counter at once count the ledger
 // once.
 func TestRedisCountersConcurrentSeedersAcrossProcesses(t *testing.T) {
+	storetest.EachRedis(t, testRedisCountersConcurrentSeedersAcrossProcesses)
+}
+
+func testRedisCountersConcurrentSeedersAcrossProcesses(t *testing.T, connect func(testing.TB) rueidis.Client) {
 	prefix := storetest.Prefix()
 	s := &fixedSeeder{usage: 400, delay: 30 * time.Millisecond}
 	procs := []*storage.RedisCounters{
-		storage.NewRedisCounters(storage.RedisCountersConfig{Client: storetest.Redis(t), Prefix: prefix, Seeder: s}),
-		storage.NewRedisCounters(storage.RedisCountersConfig{Client: storetest.Redis(t), Prefix: prefix, Seeder: s}),
+		storage.NewRedisCounters(storage.RedisCountersConfig{Client: connect(t), Prefix: prefix, Seeder: s}),
+		storage.NewRedisCounters(storage.RedisCountersConfig{Client: connect(t), Prefix: prefix, Seeder: s}),
 	}
 	for _, p := range procs {
 		t.Cleanup(p.Close)
@@ -410,7 +535,11 @@ func (c *countingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed)
 
 // Every call is one round trip once its counters exist.
 func TestRedisCountersOneRoundTripEach(t *testing.T) {
-	client := &countingClient{Client: storetest.Redis(t)}
+	storetest.EachRedis(t, testRedisCountersOneRoundTripEach)
+}
+
+func testRedisCountersOneRoundTripEach(t *testing.T, connect func(testing.TB) rueidis.Client) {
+	client := &countingClient{Client: connect(t)}
 	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
@@ -464,7 +593,11 @@ func TestRedisCountersOneRoundTripEach(t *testing.T) {
 // (EXISTS, the seed write, the retry) on top of its one script call, and
 // nothing more once the counters exist.
 func TestRedisCountersAdmitSeedsThenOneRoundTrip(t *testing.T) {
-	client := &countingClient{Client: storetest.Redis(t)}
+	storetest.EachRedis(t, testRedisCountersAdmitSeedsThenOneRoundTrip)
+}
+
+func testRedisCountersAdmitSeedsThenOneRoundTrip(t *testing.T, connect func(testing.TB) rueidis.Client) {
+	client := &countingClient{Client: connect(t)}
 	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 	t.Cleanup(c.Close)
 	ctx := t.Context()
@@ -502,8 +635,12 @@ func TestRedisCountersAdmitSeedsThenOneRoundTrip(t *testing.T) {
 // A slot Admit takes is renewed while it is held, and Finish stops
 // renewing it: a finished lease is neither brought back nor reported lost.
 func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
+	storetest.EachRedis(t, testRedisCountersAdmittedLeaseIsRenewed)
+}
+
+func testRedisCountersAdmittedLeaseIsRenewed(t *testing.T, connect func(testing.TB) rueidis.Client) {
 	const ttl = 300 * time.Millisecond
-	client := storetest.Redis(t)
+	client := connect(t)
 	prefix := storetest.Prefix()
 	var logs logtest.Buffer
 	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Log: slog.New(slog.NewJSONHandler(&logs, nil)), LeaseTTL: ttl})
@@ -524,7 +661,7 @@ func TestRedisCountersAdmittedLeaseIsRenewed(t *testing.T) {
 	require.Equal(t, int64(1), inFlight())
 	time.Sleep(3 * ttl)
 	require.Equal(t, int64(1), inFlight(), "the finished slot stays free, the other is still renewed")
-	score, err := client.Do(ctx, client.B().Zscore().Key(prefix+"lease:cc:k1").Member(res.Lease.ID).Build()).AsFloat64()
+	score, err := client.Do(ctx, client.B().Zscore().Key(rawKey(client, prefix, "lease:cc:k1")).Member(res.Lease.ID).Build()).AsFloat64()
 	require.True(t, rueidis.IsRedisNil(err), "the finished lease is gone: %v %v", score, err)
 	require.Empty(t, logs.String(), "Finish stopped renewing it: no lease was lost")
 }
@@ -643,4 +780,91 @@ func TestRedisCountersReleaseTheLeaseOfATimedOutAdmission(t *testing.T) {
 	require.Eventually(t, func() bool { return inFlight() == 0 }, 2*ttl/3, 20*time.Millisecond,
 		"the lease of an admission that timed out held its slot for the lease time")
 	t.Logf("released %v after the admission failed (lease time %v)", time.Since(failed).Round(time.Millisecond), ttl)
+}
+
+// A call whose counters belong to two organizations is refused before
+// anything is sent: on a cluster their keys would lie in two slots.
+func TestRedisCountersRefuseMixedTenants(t *testing.T) {
+	storetest.EachRedis(t, func(t *testing.T, connect func(testing.TB) rueidis.Client) {
+		c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: connect(t), Prefix: storetest.Prefix()})
+		t.Cleanup(c.Close)
+		ctx, now := t.Context(), time.Now()
+		ws := []meter.Window{
+			{Key: "rl:k:k1", Limit: 5, Length: time.Minute, Tenant: "org_1"},
+			{Key: "rl:o:org_2", Limit: 5, Length: time.Minute, Tenant: "org_2"},
+		}
+		_, err := c.Hit(ctx, now, ws, make([]meter.WindowState, 2))
+		require.ErrorContains(t, err, "several tenants")
+		a := &meter.Admission{Windows: ws[:1], WindowOut: make([]meter.WindowState, 1), LeaseKey: "cc:k1", LeaseLimit: 1, LeaseTenant: "org_2"}
+		_, err = c.Admit(ctx, now, a, new(meter.Reservation))
+		require.ErrorContains(t, err, "several tenants")
+		require.Zero(t, metertest.InFlight(t, tenantCounters{Counters: c, tenant: "org_2"}, now, "cc:k1"), "nothing was taken")
+	})
+}
+
+// One process holding leases of many organizations, on every node of a
+// cluster, renews them all: one renewal script per tenant.
+func TestRedisCountersRenewLeasesOfManyTenants(t *testing.T) {
+	storetest.EachRedis(t, func(t *testing.T, connect func(testing.TB) rueidis.Client) {
+		const ttl = 300 * time.Millisecond
+		client := connect(t)
+		var logs logtest.Buffer
+		c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix(), Log: slog.New(slog.NewJSONHandler(&logs, nil)), LeaseTTL: ttl})
+		t.Cleanup(c.Close)
+		orgs := make([]tenantCounters, 24)
+		for i := range orgs {
+			orgs[i] = tenantCounters{Counters: c, tenant: fmt.Sprintf("org_%d", i)}
+			for range 2 {
+				_, ok := metertest.TakeSlot(t, orgs[i], time.Now(), "cc:"+orgs[i].tenant, 2)
+				require.True(t, ok)
+			}
+		}
+		if client.Mode() == rueidis.ClientModeCluster {
+			nodes := map[string]bool{}
+			for _, o := range orgs {
+				nodes[nodeOf(t, client, "{"+o.tenant+"}")] = true
+			}
+			require.Len(t, nodes, 3, "the organizations' counters are spread over every node")
+		}
+		time.Sleep(3 * ttl)
+		for _, o := range orgs {
+			require.Equal(t, int64(2), metertest.InFlight(t, o, time.Now(), "cc:"+o.tenant), o.tenant)
+		}
+		require.Empty(t, logs.String(), "no lease was lost")
+	})
+}
+
+// nodeOf is the address of the cluster node serving key's slot.
+func nodeOf(t *testing.T, client rueidis.Client, key string) string {
+	t.Helper()
+	slot, err := client.Do(t.Context(), client.B().ClusterKeyslot().Key(key).Build()).AsInt64()
+	require.NoError(t, err)
+	shards, err := client.Do(t.Context(), client.B().ClusterSlots().Build()).ToArray()
+	require.NoError(t, err)
+	for _, s := range shards {
+		v, err := s.ToArray()
+		require.NoError(t, err)
+		lo, _ := v[0].AsInt64()
+		hi, _ := v[1].AsInt64()
+		if slot >= lo && slot <= hi {
+			node, err := v[2].ToArray()
+			require.NoError(t, err)
+			port, _ := node[1].AsInt64()
+			return fmt.Sprint(port)
+		}
+	}
+	t.Fatalf("no node serves slot %d", slot)
+	return ""
+}
+
+// BenchmarkRedisClusterCounters is BenchmarkRedisCounters on the test Redis
+// Cluster: the same scripts with hash-tagged keys, routed by slot.
+func BenchmarkRedisClusterCounters(b *testing.B) {
+	client := &countingClient{Client: storetest.RedisCluster(b)}
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
+	b.Cleanup(c.Close)
+	metertest.Bench(b, c, time.Now(), 16, func(b *testing.B) {
+		start := client.n.Load()
+		b.Cleanup(func() { b.ReportMetric(float64(client.n.Load()-start)/float64(b.N), "roundtrips/op") })
+	})
 }

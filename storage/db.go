@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
@@ -24,9 +26,24 @@ var migrationFiles embed.FS
 const versionTable = "public.schema_version"
 
 // Config configures the PostgreSQL pool.
+//
+// PgBouncer in transaction mode. The pool may go through a pooler that
+// hands the server connection back after every transaction: nothing the
+// gateway runs on the pool relies on session state outside a transaction
+// (advisory locks there are transaction-scoped, set_config is local). What
+// needs a session of its own (the key listener's LISTEN, the status
+// prober's advisory lock, the migrations' lock) connects to DirectURL
+// instead. Setting DirectURL says that URL is pooled: its queries then run
+// in pgx's cache_describe mode (no named prepared statements, which
+// PgBouncer before 1.21 cannot follow across server connections) unless
+// the URL names a default_query_exec_mode itself.
 type Config struct {
 	// URL is a PostgreSQL connection URL or DSN. Required.
 	URL string
+	// DirectURL reaches the same database without a pooler, for the
+	// connections that hold a session (see above). Empty: URL is direct
+	// and serves them too.
+	DirectURL string
 	// MaxConns bounds the pool. Default 16.
 	MaxConns int32
 	// ConnectTimeout bounds establishing one connection. Default 5s.
@@ -46,6 +63,16 @@ func (c *Config) Validate() error {
 	}
 	if _, err := pgxpool.ParseConfig(c.URL); err != nil {
 		return fmt.Errorf("database-url: %w", err)
+	}
+	if c.DirectURL != "" {
+		if _, err := pgx.ParseConfig(c.DirectURL); err != nil {
+			return fmt.Errorf("database-direct-url: %w", err)
+		}
+		if c.DirectURL == c.URL {
+			// A session lock taken through the pooler would stay on a
+			// server connection the pooler keeps, held for nobody.
+			return errors.New("database-direct-url: must reach PostgreSQL without the pooler database-url goes through, not be the same URL")
+		}
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = 16
@@ -72,8 +99,9 @@ func (c *Config) Validate() error {
 
 // DB is the gateway's handle on PostgreSQL.
 type DB struct {
-	Pool *pgxpool.Pool
-	cfg  Config
+	Pool   *pgxpool.Pool
+	cfg    Config
+	direct *pgx.ConnConfig // the sessions' connections: DirectURL, else the pool's
 	// replica, when configured, takes the reads that tolerate staleness.
 	replica *replica
 }
@@ -90,11 +118,21 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	direct := pc.ConnConfig.Copy()
+	if cfg.DirectURL != "" {
+		if direct, err = pgx.ParseConfig(cfg.DirectURL); err != nil {
+			return nil, fmt.Errorf("cannot parse database direct url: %w", err)
+		}
+		direct.ConnectTimeout = cfg.ConnectTimeout
+		if !namesExecMode(cfg.URL) {
+			pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create database pool: %w", err)
 	}
-	db := &DB{Pool: pool, cfg: cfg}
+	db := &DB{Pool: pool, cfg: cfg, direct: direct}
 	if cfg.ReadURL != "" {
 		if db.replica, err = openReplica(ctx, cfg); err != nil {
 			pool.Close()
@@ -102,6 +140,19 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		}
 	}
 	return db, nil
+}
+
+// namesExecMode reports whether a connection string sets pgx's
+// default_query_exec_mode.
+func namesExecMode(conn string) bool { return strings.Contains(conn, "default_query_exec_mode") }
+
+// connectDirect opens a connection of its own, outside the pool and any
+// pooler, for state that lives as long as the session; name marks it in
+// pg_stat_activity.
+func (db *DB) connectDirect(ctx context.Context, name string) (*pgx.Conn, error) {
+	cc := db.direct.Copy()
+	cc.RuntimeParams["application_name"] = name
+	return pgx.ConnectConfig(ctx, cc)
 }
 
 // Close closes the pools.
@@ -133,16 +184,21 @@ func migrationsFS() fs.FS {
 	return sub
 }
 
+// MigrationsApplicationName marks the migrations' connection in
+// pg_stat_activity.
+const MigrationsApplicationName = "gateway-migrate"
+
 // Migrate applies every embedded migration the database lacks. tern holds a
-// PostgreSQL advisory lock while it works, so processes starting together
-// migrate once and the others wait, then find nothing to do.
+// PostgreSQL session advisory lock while it works, so processes starting
+// together migrate once and the others wait, then find nothing to do; the
+// lock needs a session, so Migrate connects directly (Config.DirectURL).
 func (db *DB) Migrate(ctx context.Context) (from, to int32, err error) {
-	conn, err := db.Pool.Acquire(ctx)
+	conn, err := db.connectDirect(ctx, MigrationsApplicationName)
 	if err != nil {
-		return 0, 0, fmt.Errorf("cannot acquire connection for migrations: %w", err)
+		return 0, 0, fmt.Errorf("cannot connect for migrations: %w", err)
 	}
-	defer conn.Release()
-	m, err := migrate.NewMigrator(ctx, conn.Conn(), versionTable)
+	defer conn.Close(context.WithoutCancel(ctx))
+	m, err := migrate.NewMigrator(ctx, conn, versionTable)
 	if err != nil {
 		return 0, 0, fmt.Errorf("cannot prepare migrations: %w", err)
 	}

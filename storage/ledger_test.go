@@ -80,8 +80,9 @@ func countRows(t testing.TB, db *storage.DB, where string, args ...any) int {
 	return n
 }
 
-func TestLedgerRowsReachPostgres(t *testing.T) {
-	db := storetest.DB(t)
+func TestLedgerRowsReachPostgres(t *testing.T) { storetest.EachDB(t, testLedgerRowsReachPostgres) }
+
+func testLedgerRowsReachPostgres(t *testing.T, db *storage.DB) {
 	l := openLedger(t, db, t.TempDir())
 	at := time.Date(2026, 5, 17, 8, 30, 15, 123_456_789, time.UTC)
 	l.Record(usage("req-full", func(r *hotpath.UsageRecord) {
@@ -294,8 +295,9 @@ func TestLedgerShutdownDrainsToPostgres(t *testing.T) {
 	require.Empty(t, segs)
 }
 
-func TestSeedBudget(t *testing.T) {
-	db := storetest.DB(t)
+func TestSeedBudget(t *testing.T) { storetest.EachDB(t, testSeedBudget) }
+
+func testSeedBudget(t *testing.T, db *storage.DB) {
 	l := openLedger(t, db, t.TempDir())
 	month := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	next := meter.NextMonth(month)

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/edgegw/gateway/hotpath"
 )
 
@@ -38,7 +36,8 @@ type ListenConfig struct {
 	MaxBackoff time.Duration
 }
 
-// ListenKeys holds one connection outside the pool, LISTENs on KeyChannel and
+// ListenKeys holds one connection outside the pool (and outside any
+// pooler: Config.DirectURL), LISTENs on KeyChannel and
 // forwards every notification to inv until ctx ends. While it is not
 // listening, inv is told so (SetLive(false)) and trusts nothing it caches;
 // once listening again it goes live with a reset cache, since notifications
@@ -68,9 +67,7 @@ func (db *DB) ListenKeys(ctx context.Context, inv Invalidator, cfg ListenConfig,
 }
 
 func (db *DB) listenOnce(ctx context.Context, inv Invalidator, cfg ListenConfig, log *slog.Logger) error {
-	cc := db.Pool.Config().ConnConfig.Copy()
-	cc.RuntimeParams["application_name"] = ListenerApplicationName
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	conn, err := db.connectDirect(ctx, ListenerApplicationName)
 	if err != nil {
 		return fmt.Errorf("cannot connect: %w", err)
 	}

@@ -60,8 +60,11 @@ func (r *recorder) waitFor(t *testing.T, d time.Duration, what string, cond func
 }
 
 func TestListenerForwardsInvalidations(t *testing.T) {
+	storetest.EachDB(t, testListenerForwardsInvalidations)
+}
+
+func testListenerForwardsInvalidations(t *testing.T, db *storage.DB) {
 	ctx, cancel := context.WithCancel(context.Background())
-	db := storetest.DB(t)
 	rec := newRecorder()
 	done := make(chan struct{})
 	go func() {

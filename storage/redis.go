@@ -3,18 +3,38 @@ package storage
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/rueidis"
 )
 
-// OpenRedis connects to Redis at a redis:// URL and checks that it answers.
-// Redis is optional: a single process keeps its counters in memory.
+// sentinelRefresh is how often a Sentinel client checks which server is the
+// primary, besides following the sentinels' announcements: a missed
+// announcement would otherwise leave it on a demoted primary.
+const sentinelRefresh = 5 * time.Second
+
+// OpenRedis connects to Redis and checks that it answers. Redis is
+// optional: a single process keeps its counters in memory.
+//
+// url is a redis:// (or rediss://) URL in the form rueidis.ParseURL reads:
+//
+//   - redis://host:6379/0: one server. When that server is a Redis Cluster
+//     node, the client finds the cluster from it.
+//   - redis://node1:6379?addr=node2:6379&addr=node3:6379: a Redis Cluster
+//     through several seed nodes (tried in random order, so a fleet does
+//     not all start on the first).
+//   - redis://sentinel1:26379?addr=sentinel2:26379&master_set=gateway:
+//     the primary the sentinels name for master_set, followed across
+//     failovers. The URL's user and password are the data servers'; the
+//     sentinels are asked without credentials.
+//
+// The client's mode (single, cluster, sentinel) is what RedisCounters reads
+// to decide whether its keys carry hash tags.
 func OpenRedis(ctx context.Context, url string) (rueidis.Client, error) {
-	opt, err := rueidis.ParseURL(url)
+	opt, err := ParseRedisURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis-url: %w", err)
+		return nil, err
 	}
-	opt.DisableCache = true // client-side caching needs server support the gateway does not rely on
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to redis: %w", err)
@@ -24,4 +44,19 @@ func OpenRedis(ctx context.Context, url string) (rueidis.Client, error) {
 		return nil, fmt.Errorf("cannot ping redis: %w", err)
 	}
 	return c, nil
+}
+
+// ParseRedisURL reads a Redis URL (see OpenRedis) into the client options
+// the gateway uses.
+func ParseRedisURL(url string) (rueidis.ClientOption, error) {
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return opt, fmt.Errorf("redis-url: %w", err)
+	}
+	opt.DisableCache = true // client-side caching needs server support the gateway does not rely on
+	opt.ShuffleInit = len(opt.InitAddress) > 1
+	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
+	}
+	return opt, nil
 }

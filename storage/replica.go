@@ -61,6 +61,10 @@ func openReplica(ctx context.Context, cfg Config) (*replica, error) {
 	}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	if cfg.DirectURL != "" && !namesExecMode(cfg.ReadURL) {
+		// Behind the same kind of pooler as the primary's pool.
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create read replica pool: %w", err)

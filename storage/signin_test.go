@@ -49,8 +49,8 @@ func poll(t *testing.T, db *storage.DB, h [32]byte) storage.DevicePoll {
 }
 
 func TestDeviceCodeApproveAndRedeemOnce(t *testing.T) {
-	ctx := context.Background()
 	db := storetest.DB(t)
+	ctx := context.Background()
 	org, u := seed(t, db)
 	h := newDeviceCode(t, db, "BCDFGHJK")
 
@@ -261,8 +261,11 @@ func TestRedeemRefusesEndedMembershipAndSuspension(t *testing.T) {
 }
 
 func TestRedeemConcurrentlyIssuesOneKey(t *testing.T) {
+	storetest.EachDB(t, testRedeemConcurrentlyIssuesOneKey)
+}
+
+func testRedeemConcurrentlyIssuesOneKey(t *testing.T, db *storage.DB) {
 	ctx := context.Background()
-	db := storetest.DB(t)
 	org, u := seed(t, db)
 	h := newDeviceCode(t, db, "SSSSTTTT")
 	_, err := db.ApproveDeviceCode(ctx, "SSSSTTTT", u.ID, org.ID)
@@ -295,8 +298,8 @@ func TestRedeemConcurrentlyIssuesOneKey(t *testing.T) {
 }
 
 func TestOAuthStateIsSingleUse(t *testing.T) {
-	ctx := context.Background()
 	db := storetest.DB(t)
+	ctx := context.Background()
 	h := randomHash(t)
 	in := storage.OAuthState{Hash: h, Purpose: storage.StateNative, Provider: "corp", ClientID: "gw",
 		RedirectURI: "com.example.app:/cb", CodeChallenge: "challenge", Nonce: "nonce", Lifetime: time.Minute}

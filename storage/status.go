@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // statusLockKey is the session-level advisory lock the status prober holds
@@ -33,11 +32,20 @@ type BreakerReport struct {
 	ReportedAt time.Time
 }
 
-// StatusLeader is the advisory lock of the status prober, held on a
-// connection of its own for as long as this process leads.
+// StatusLeaderApplicationName marks the status lock's connection in
+// pg_stat_activity.
+const StatusLeaderApplicationName = "gateway-status-leader"
+
+// StatusLeader is the advisory lock of the status prober, tried and held on
+// a connection of its own, outside the pool and any pooler
+// (Config.DirectURL): a session lock taken through a transaction pooler
+// would stay on a server connection other clients then use. The
+// connection stays open between tries, so a process that does not lead
+// costs the database one idle session, not a connection a second.
 type StatusLeader struct {
 	db   *DB
-	conn *pgxpool.Conn
+	conn *pgx.Conn
+	held bool
 }
 
 // NewStatusLeader returns a leader handle that holds nothing yet.
@@ -47,47 +55,47 @@ func (db *DB) NewStatusLeader() *StatusLeader { return &StatusLeader{db: db} }
 // lock when it does not hold it. A held lock is checked on its connection
 // first: a connection that no longer answers has lost the lock with it.
 func (l *StatusLeader) Lead(ctx context.Context) (bool, error) {
-	if l.conn != nil {
+	if l.held {
 		if _, err := l.conn.Exec(ctx, `select 1`); err == nil {
 			return true, nil
 		}
-		l.drop()
+		l.drop(ctx)
 	}
-	c, err := l.db.Pool.Acquire(ctx)
-	if err != nil {
-		return false, fmt.Errorf("cannot acquire status lock connection: %w", err)
+	if l.conn == nil {
+		c, err := l.db.connectDirect(ctx, StatusLeaderApplicationName)
+		if err != nil {
+			return false, fmt.Errorf("cannot connect for the status lock: %w", err)
+		}
+		l.conn = c
 	}
-	var locked bool
-	if err := c.QueryRow(ctx, `select pg_try_advisory_lock($1)`, statusLockKey).Scan(&locked); err != nil {
-		c.Release()
+	if err := l.conn.QueryRow(ctx, `select pg_try_advisory_lock($1)`, statusLockKey).Scan(&l.held); err != nil {
+		l.drop(ctx)
 		return false, fmt.Errorf("cannot take status lock: %w", err)
 	}
-	if !locked {
-		c.Release()
-		return false, nil
-	}
-	l.conn = c
-	return true, nil
+	return l.held, nil
 }
 
-// Release gives the lock up, so another process takes over at once.
+// Release gives the lock up, so another process takes over at once, and
+// closes its connection.
 func (l *StatusLeader) Release(ctx context.Context) {
 	if l.conn == nil {
 		return
 	}
-	if _, err := l.conn.Exec(ctx, `select pg_advisory_unlock($1)`, statusLockKey); err != nil {
-		l.drop()
-		return
+	if l.held {
+		// Unlocked before the session ends: the server ends a session
+		// after the client has gone, and the next process to try should
+		// find the lock free.
+		_, _ = l.conn.Exec(ctx, `select pg_advisory_unlock($1)`, statusLockKey)
 	}
-	l.conn.Release()
-	l.conn = nil
+	l.drop(ctx)
 }
 
 // drop closes the lock's connection: whatever it held ends with it.
-func (l *StatusLeader) drop() {
-	_ = l.conn.Conn().Close(context.Background())
-	l.conn.Release()
-	l.conn = nil
+func (l *StatusLeader) drop(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = l.conn.Close(ctx)
+	l.conn, l.held = nil, false
 }
 
 // RecordProbe stores one measurement and deletes the component's

@@ -67,9 +67,10 @@ func seed(t *testing.T, db *storage.DB) (storage.Org, storage.User) {
 	return org, u
 }
 
-func TestKeysStoreOnlyHashes(t *testing.T) {
+func TestKeysStoreOnlyHashes(t *testing.T) { storetest.EachDB(t, testKeysStoreOnlyHashes) }
+
+func testKeysStoreOnlyHashes(t *testing.T, db *storage.DB) {
 	ctx := context.Background()
-	db := storetest.DB(t)
 	org, u := seed(t, db)
 	cap := int64(2_500_000)
 	issued, err := db.CreateKey(ctx, storage.NewKey{UserID: u.ID, OrgID: org.ID, Kind: hotpath.KindDeveloper,
@@ -124,8 +125,8 @@ func TestSignedInKeysExpireIn90Days(t *testing.T) {
 }
 
 func TestKeyNeedsMembership(t *testing.T) {
-	ctx := context.Background()
 	db := storetest.DB(t)
+	ctx := context.Background()
 	_, u := seed(t, db)
 	other, err := db.CreateOrg(ctx, "Other")
 	require.NoError(t, err)
@@ -136,8 +137,8 @@ func TestKeyNeedsMembership(t *testing.T) {
 }
 
 func TestEndedMembershipRevokes(t *testing.T) {
-	ctx := context.Background()
 	db := storetest.DB(t)
+	ctx := context.Background()
 	org, u := seed(t, db)
 	issued, err := db.CreateKey(ctx, storage.NewKey{UserID: u.ID, OrgID: org.ID, Kind: hotpath.KindDeveloper})
 	require.NoError(t, err)
@@ -159,8 +160,8 @@ func TestDuplicateEmail(t *testing.T) {
 }
 
 func TestServiceTokens(t *testing.T) {
-	ctx := context.Background()
 	db := storetest.DB(t)
+	ctx := context.Background()
 	issued, err := db.CreateServiceToken(ctx, storage.NewServiceToken{Name: "billing", ReadOnly: true, ExpiresIn: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, hotpath.TokenService, hotpath.CheckToken([]byte(issued.Token)))

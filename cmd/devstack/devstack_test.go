@@ -267,3 +267,23 @@ func mustWrite(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+func TestPgBouncerINI(t *testing.T) {
+	ini := pgbouncerINI("/d/.data/pgbouncer", 54329, 6432)
+	for _, want := range []string{
+		"* = host=127.0.0.1 port=54329 user=gateway\n",
+		"listen_addr = 127.0.0.1\n",
+		"pool_mode = transaction\n",
+		"pidfile = /d/.data/pgbouncer/pgbouncer.pid\n",
+	} {
+		if !strings.Contains(ini, want) {
+			t.Errorf("pgbouncer.ini lacks %q:\n%s", want, ini)
+		}
+	}
+	if port, ok := iniPort(ini); !ok || port != 6432 {
+		t.Errorf("iniPort = %d, %v; want 6432", port, ok)
+	}
+	if got := string(appendPgBouncerEnv([]byte("A=1\n"), 6432)); got != "A=1\nPGBOUNCER_URL=postgres://gateway@127.0.0.1:6432/gateway?sslmode=disable\n" {
+		t.Errorf("env = %q", got)
+	}
+}

@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	devstack up [--redis] [--chromium] [--pg-port 54329] [--redis-port 63799]
+//	devstack up [--redis] [--chromium] [--pgbouncer] [--pg-port 54329] [--redis-port 63799] [--pgbouncer-port 0]
 //	devstack down
 //	devstack env
 //
@@ -12,7 +12,12 @@
 // REDIS_URL when Redis runs, CHROMIUM_PATH when Chromium is installed), which
 // the Makefile sources. With --chromium (the default with --redis, which is
 // how make test brings the services up) a missing Chromium is installed for
-// the approval-page browser tests. The servers listen on
+// the approval-page browser tests, and a missing pgbouncer for the tests
+// that start PgBouncers of their own. With --pgbouncer, a PgBouncer in
+// transaction mode runs in front of PostgreSQL (on a free port unless
+// --pgbouncer-port says) and services.env gains PGBOUNCER_URL: run the
+// gateway with DATABASE_URL=$PGBOUNCER_URL and DATABASE_DIRECT_URL set to
+// the direct URL to try it behind a pooler. The servers listen on
 // 127.0.0.1 only and trade durability for speed (fsync off, no Redis
 // persistence): they are for development and tests, never for real data.
 //
@@ -40,10 +45,12 @@ const (
 const usage = `usage: devstack <command> [flags]
 
 commands:
-  up [--redis] [--chromium] [--pg-port N] [--redis-port N]
-        start PostgreSQL (and Redis with --redis) under .data/ and write
-        .data/services.env; does nothing for a server already running;
-        --chromium (default with --redis) installs Chromium when missing
+  up [--redis] [--chromium] [--pgbouncer] [--pg-port N] [--redis-port N] [--pgbouncer-port N]
+        start PostgreSQL (and Redis with --redis, PgBouncer in transaction
+        mode with --pgbouncer) under .data/ and write .data/services.env;
+        does nothing for a server already running; --chromium (default
+        with --redis) installs Chromium when missing; --redis also
+        installs pgbouncer when missing, for the tests
   down  stop the servers started by up
   env   print .data/services.env (fails when the servers are not up)
 `
@@ -91,6 +98,8 @@ func runUp(ctx context.Context, args []string) error {
 	withChromium := fs.Bool("chromium", false, "also make sure Chromium is installed, for the browser tests (default: on with --redis, as make test runs it)")
 	pgPort := fs.Int("pg-port", defaultPGPort, "PostgreSQL port on 127.0.0.1")
 	redisPort := fs.Int("redis-port", defaultRedisPort, "Redis port on 127.0.0.1")
+	withBouncer := fs.Bool("pgbouncer", false, "also start PgBouncer in transaction mode in front of PostgreSQL")
+	bouncerPort := fs.Int("pgbouncer-port", 0, "PgBouncer port on 127.0.0.1 (0: a free port)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -98,6 +107,9 @@ func runUp(ctx context.Context, args []string) error {
 		if p < 1 || p > 65535 {
 			return fmt.Errorf("cannot use port %d: ports run from 1 to 65535", p)
 		}
+	}
+	if *bouncerPort < 0 || *bouncerPort > 65535 || *bouncerPort == *pgPort {
+		return fmt.Errorf("cannot give PgBouncer port %d", *bouncerPort)
 	}
 	if *withRedis && *pgPort == *redisPort {
 		return fmt.Errorf("cannot give PostgreSQL and Redis the same port %d", *pgPort)
@@ -113,7 +125,8 @@ func runUp(ctx context.Context, args []string) error {
 	if !chromiumSet {
 		*withChromium = *withRedis // the test services: make test runs up --redis
 	}
-	return s.up(ctx, upOptions{redis: *withRedis, chromium: *withChromium, pgPort: *pgPort, redisPort: *redisPort})
+	return s.up(ctx, upOptions{redis: *withRedis, chromium: *withChromium, pgPort: *pgPort, redisPort: *redisPort,
+		pgbouncer: *withBouncer, pgbouncerPort: *bouncerPort, pgbouncerBinary: *withRedis})
 }
 
 func runDown(ctx context.Context, args []string) error {

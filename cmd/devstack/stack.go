@@ -23,6 +23,7 @@ var errNotUp = errors.New("services are not up; start them with: go run ./cmd/de
 //	.data/pg/               PostgreSQL cluster
 //	.data/log/postgres.log  PostgreSQL server log
 //	.data/redis/            Redis working directory, pid file and log
+//	.data/pgbouncer/        PgBouncer configuration, pid file and log (up --pgbouncer)
 //	.data/services.env      connection URLs for the Makefile and tests
 //	.data/devstack.lock     serializes concurrent up and down runs
 type stack struct {
@@ -36,6 +37,13 @@ type upOptions struct {
 	chromium  bool
 	pgPort    int
 	redisPort int
+	// pgbouncer starts PgBouncer in transaction mode in front of
+	// PostgreSQL, on pgbouncerPort (0: a free port).
+	pgbouncer     bool
+	pgbouncerPort int
+	// pgbouncerBinary installs pgbouncer when missing, for the tests that
+	// start their own (on with redis, as make test runs up).
+	pgbouncerBinary bool
 }
 
 // openStack finds the repository root and locks its .data directory, creating
@@ -91,6 +99,12 @@ func (s *stack) up(ctx context.Context, opt upOptions) error {
 			return err
 		}
 	}
+	var bouncerBin string
+	if opt.pgbouncer || opt.pgbouncerBinary {
+		if bouncerBin, err = findPgBouncer(ctx, &in, opt.pgbouncer); err != nil {
+			return err
+		}
+	}
 	acct, err := serviceAccount(ctx, s.pgData(), true)
 	if err != nil {
 		return err
@@ -112,11 +126,23 @@ func (s *stack) up(ctx context.Context, opt upOptions) error {
 	case s.redisRunning(opt.redisPort):
 		redisPort = opt.redisPort // started earlier with --redis: keep advertising it
 	}
+	bouncerPort := 0
+	if opt.pgbouncer {
+		if bouncerPort, err = s.upPgBouncer(ctx, bouncerBin, acct, opt.pgPort, opt.pgbouncerPort); err != nil {
+			return err
+		}
+	} else if port, running := s.pgbouncerRunning(); running {
+		bouncerPort = port // started earlier with --pgbouncer: keep advertising it
+	}
 	chromium, err := findChromium(ctx, &in, opt.chromium)
 	if err != nil {
 		return err
 	}
-	if err := s.writeEnv(renderEnv(opt.pgPort, redisPort, chromium)); err != nil {
+	env := renderEnv(opt.pgPort, redisPort, chromium)
+	if bouncerPort != 0 {
+		env = appendPgBouncerEnv(env, bouncerPort)
+	}
+	if err := s.writeEnv(env); err != nil {
 		return err
 	}
 	logf("wrote %s", s.rel(s.envFile()))
@@ -126,6 +152,9 @@ func (s *stack) up(ctx context.Context, opt upOptions) error {
 func (s *stack) down(ctx context.Context) error {
 	if err := os.Remove(s.envFile()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("cannot remove %s: %w", s.rel(s.envFile()), err)
+	}
+	if err := s.downPgBouncer(); err != nil {
+		return err
 	}
 	if err := s.downRedis(); err != nil {
 		return err

@@ -306,14 +306,15 @@ func serviceTokenRevoke(fs *flag.FlagSet) func(context.Context, *storage.DB) (an
 func runMigrate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gateway migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var dbURL string
+	var dbURL, directURL string
 	fs.StringVar(&dbURL, "database-url", "", "PostgreSQL URL")
+	fs.StringVar(&directURL, "database-direct-url", "", "PostgreSQL URL that bypasses a transaction-mode pooler: migrations hold a session lock; empty: --database-url is direct")
 	if exit, run := parseCommand(fs, args, stderr); !run {
 		return exit
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	db, err := storage.Open(ctx, storage.Config{URL: dbURL, MaxConns: 2})
+	db, err := storage.Open(ctx, storage.Config{URL: dbURL, DirectURL: directURL, MaxConns: 2})
 	if err != nil {
 		fmt.Fprintf(stderr, "gateway migrate: %v\n", err)
 		return 2

@@ -17,8 +17,9 @@ func envName(flagName string) string {
 
 // aliases are conventional variables read when the GATEWAY_ one is unset.
 var aliases = map[string]string{
-	"database-url": "DATABASE_URL",
-	"redis-url":    "REDIS_URL",
+	"database-url":        "DATABASE_URL",
+	"database-direct-url": "DATABASE_DIRECT_URL",
+	"redis-url":           "REDIS_URL",
 }
 
 // parseFlags parses args into fs, then fills every flag not given on the

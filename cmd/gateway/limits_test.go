@@ -255,6 +255,47 @@ func TestRequestWindowAcrossFleet(t *testing.T) {
 	})
 }
 
+// TestFleetSharesWindowsOnRedisCluster: two processes on a Redis Cluster
+// share a key's per-minute window as they do on one Redis
+// (TestRequestWindowAcrossFleet).
+func TestFleetSharesWindowsOnRedisCluster(t *testing.T) {
+	testFleetSharesWindows(t, storetest.RedisClusterURL(t))
+}
+
+func testFleetSharesWindows(t *testing.T, redisURL string) {
+	plans := writePlans(t, "plans:\n  default:\n    requests_per_minute: 3\n")
+	a := startTestApp(t, func(c *serveConfig) { c.RedisURL, c.ConfigPath = redisURL, plans })
+	b := startTestApp(t, func(c *serveConfig) { c.RedisURL, c.ConfigPath, c.DB.URL = redisURL, plans, a.dbURL })
+	tn := newTenant(t, a.dbURL, "fleet@example.com")
+	for i, ta := range []*testApp{a, b, a} {
+		r := ta.call(t, "GET", "/api/v1/me", tn.key, nil)
+		require.Equal(t, 200, r.status)
+		require.Equal(t, strconv.Itoa(2-i), r.header.Get("X-RateLimit-Remaining"))
+	}
+	r := b.call(t, "GET", "/api/v1/me", tn.key, nil)
+	require.Equal(t, 429, r.status)
+	require.Equal(t, "rate_limited", r.body["code"])
+	require.NotEmpty(t, r.header.Get("Retry-After"))
+	require.Equal(t, 429, a.call(t, "GET", "/api/v1/limits", tn.key, nil).status, "reading limits is rate-limited too")
+}
+
+// A chat request on a Redis Cluster is admitted, settled and read back
+// through the organization's slot: its windows, lease and spend counter
+// carry one hash tag.
+func TestChatMeteredOnRedisCluster(t *testing.T) {
+	ta := startTestApp(t, func(c *serveConfig) { c.RedisURL = storetest.RedisClusterURL(t) })
+	tn := newTenant(t, ta.dbURL, "cluster@example.com", "--spend-cap-usd", "100")
+	r := ta.call(t, "POST", "/api/v1/chat", tn.key, chatBody("Hi [[sim:tokens=3]]"))
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	cost := r.body["usage"].(map[string]any)["cost"].(map[string]any)["amount"].(float64)
+	require.Positive(t, cost)
+	require.Eventually(t, func() bool { // settled after the answer
+		l := ta.call(t, "GET", "/api/v1/limits", tn.key, nil)
+		return l.status == 200 && l.body["key_spend_cap"].(map[string]any)["spent"].(float64) == cost
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Zero(t, ta.limits.Unmetered.Load(), "every call reached the cluster")
+}
+
 // TestSpentPoolsShowAndRefuse spends a subscription's pools and its mira
 // allowance through the counters enforcement reads, and checks what the
 // limits route shows and what chat answers at each step.

@@ -92,10 +92,11 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminAddr, "admin-addr", "127.0.0.1:9090", "address of the admin listener serving /metrics and /debug/pprof/; empty disables it")
 	fs.StringVar(&c.ConfigPath, "config", "", "YAML file with tiers and prices (see the configuration reference)")
 	fs.StringVar(&c.DB.URL, "database-url", "", "PostgreSQL URL (required)")
+	fs.StringVar(&c.DB.DirectURL, "database-direct-url", "", "PostgreSQL URL that bypasses a transaction-mode pooler (PgBouncer), for the key listener, the status lock and migrations; setting it runs --database-url's queries without named prepared statements; empty: --database-url is direct")
 	dbConns := fs.Int("database-max-conns", 16, "PostgreSQL pool size")
 	fs.StringVar(&c.DB.ReadURL, "database-read-url", "", "optional streaming replica of the database for the reads that tolerate staleness (status document, request-log lookups)")
 	fs.DurationVar(&c.DB.ReadMaxLag, "database-read-max-lag", time.Second, "staleness above which the read replica is not read")
-	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL for fleet-wide counters; empty keeps counters in this process")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL for fleet-wide counters: redis://host:port, a cluster's seed nodes as redis://node1:port?addr=node2:port, or Sentinel as redis://sentinel1:port?addr=sentinel2:port&master_set=name; empty keeps counters in this process")
 	fs.BoolVar(&c.Migrate, "migrate", true, "apply pending schema migrations at start (under an advisory lock)")
 	fs.BoolVar(&c.Demo, "demo", false, "seed a demo organization, user and developer key, and print the key")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -157,8 +158,8 @@ func (c *serveConfig) validate() error {
 		return err
 	}
 	if c.RedisURL != "" {
-		if _, err := rueidis.ParseURL(c.RedisURL); err != nil {
-			return fmt.Errorf("redis-url: %w", err)
+		if _, err := storage.ParseRedisURL(c.RedisURL); err != nil {
+			return err
 		}
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {

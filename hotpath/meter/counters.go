@@ -61,9 +61,21 @@ type Admission struct {
 	WindowOut  []WindowState // len >= len(Windows)
 	LeaseKey   string
 	LeaseLimit int64
-	Budgets    []Budget
-	Amounts    []int64
+	// LeaseTenant is the lease's tenant (see Tenants).
+	LeaseTenant string
+	Budgets     []Budget
+	Amounts     []int64
 }
+
+// Tenants. Every counter belongs to a tenant, the organization whose
+// requests it counts: Window.Tenant, Budget.Tenant, Admission.LeaseTenant
+// (and the Lease Admit returns). Every counter one call touches must have
+// the same tenant, so that a store spread over several servers (a Redis
+// Cluster) keeps one tenant's counters together and still changes them in
+// one atomic step; such a store refuses a call that mixes tenants. A
+// counter is named by its Key (Kind and Subject for a budget); its tenant
+// only says where it lives, so a name is always used with one tenant. The
+// in-process store ignores tenants.
 
 // AdmitRefusal says which check refused a request.
 type AdmitRefusal uint8
@@ -95,6 +107,7 @@ type Window struct {
 	Key    string // e.g. "rl:key:<key id>:requests"
 	Limit  int64
 	Length time.Duration
+	Tenant string // see Tenants
 }
 
 // WindowState is a window after a Hit or a Peek.
@@ -108,8 +121,9 @@ type WindowState struct {
 
 // Lease is one held concurrency slot.
 type Lease struct {
-	Key string
-	ID  string
+	Key    string
+	ID     string
+	Tenant string // the Admission's LeaseTenant
 }
 
 // BudgetKind says what a budget counts and over which period.
@@ -185,6 +199,8 @@ type Budget struct {
 	// Cap is the most the counter may reach in its period; below 0 the
 	// budget only counts.
 	Cap int64
+	// Tenant is the organization the counter belongs to (see Tenants).
+	Tenant string
 }
 
 // BudgetState is a budget's counter as Usage reads it.

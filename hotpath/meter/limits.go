@@ -181,11 +181,11 @@ type RateState struct {
 func (l *Limits) windows(p *hotpath.Principal, b hotpath.RateBucket, ws *[2]Window) []Window {
 	pl, k := l.PlanOf(p), p.CounterKeys()
 	if b == hotpath.RateTokenCount {
-		ws[0] = Window{Key: k.Tokens, Limit: pl.TokenCountsPerMinute, Length: RateWindow}
+		ws[0] = Window{Key: k.Tokens, Limit: pl.TokenCountsPerMinute, Length: RateWindow, Tenant: p.OrgID}
 		return ws[:1]
 	}
-	ws[0] = Window{Key: k.Key, Limit: pl.RequestsPerMinute, Length: RateWindow}
-	ws[1] = Window{Key: k.Org, Limit: pl.OrgRequestsPerMinute, Length: RateWindow}
+	ws[0] = Window{Key: k.Key, Limit: pl.RequestsPerMinute, Length: RateWindow, Tenant: p.OrgID}
+	ws[1] = Window{Key: k.Org, Limit: pl.OrgRequestsPerMinute, Length: RateWindow, Tenant: p.OrgID}
 	return ws[:2]
 }
 
@@ -343,23 +343,23 @@ func (l *Limits) FillCharge(ch *Charge, p *hotpath.Principal, tier *hotpath.Tier
 	*ch = Charge{costIdx: [3]int8{-1, -1, -1}, poolIdx: [2]int8{-1, -1}, requestIdx: -1}
 	maxCostPico := Cost(&tier.Prices, input, 0, maxOutput)
 	if p.SpendCapMicros >= 0 {
-		ch.costIdx[0] = ch.add(Budget{Kind: BudgetKeySpend, Subject: p.KeyID, Cap: PicoUSD(p.SpendCapMicros)}, maxCostPico)
+		ch.costIdx[0] = ch.add(Budget{Kind: BudgetKeySpend, Subject: p.KeyID, Cap: PicoUSD(p.SpendCapMicros), Tenant: p.OrgID}, maxCostPico)
 	}
 	if p.WorkspaceID != "" && p.WorkspaceCapMicros >= 0 {
-		ch.costIdx[1] = ch.add(Budget{Kind: BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: PicoUSD(p.WorkspaceCapMicros)}, maxCostPico)
+		ch.costIdx[1] = ch.add(Budget{Kind: BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: PicoUSD(p.WorkspaceCapMicros), Tenant: p.OrgID}, maxCostPico)
 	}
 	if p.Kind == hotpath.KindHeadless {
-		ch.costIdx[2] = ch.add(Budget{Kind: BudgetCredits, Subject: p.KeyID, Cap: PicoUSD(p.CreditsCapMicros())}, maxCostPico)
+		ch.costIdx[2] = ch.add(Budget{Kind: BudgetCredits, Subject: p.KeyID, Cap: PicoUSD(p.CreditsCapMicros()), Tenant: p.OrgID}, maxCostPico)
 	}
 	if Subscription(p) {
 		pl := l.PlanOf(p)
 		if tier.RequestCapped {
-			ch.requestIdx = ch.add(Budget{Kind: BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests}, 1)
+			ch.requestIdx = ch.add(Budget{Kind: BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests, Tenant: p.OrgID}, 1)
 		} else {
 			ch.weight = tier.PoolWeight
 			w := ch.weight * (input + maxOutput)
-			ch.poolIdx[0] = ch.add(Budget{Kind: BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly}, w)
-			ch.poolIdx[1] = ch.add(Budget{Kind: BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst}, w)
+			ch.poolIdx[0] = ch.add(Budget{Kind: BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly, Tenant: p.OrgID}, w)
+			ch.poolIdx[1] = ch.add(Budget{Kind: BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst, Tenant: p.OrgID}, w)
 		}
 	}
 }
@@ -429,7 +429,7 @@ func (l *Limits) requestsLeft(ctx context.Context, now time.Time, p *hotpath.Pri
 	}
 	pl := l.PlanOf(p)
 	var st [1]BudgetState
-	b := Budget{Kind: BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests}
+	b := Budget{Kind: BudgetMiraRequests, Subject: p.OrgID, Cap: pl.MiraMonthlyRequests, Tenant: p.OrgID}
 	if err := l.c.Usage(ctx, now, []Budget{b}, st[:]); err != nil {
 		return false
 	}
@@ -452,8 +452,8 @@ func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *hotpath.Princip
 		return seen.low
 	}
 	pl := l.PlanOf(p)
-	b := [2]Budget{{Kind: BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly},
-		{Kind: BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst}}
+	b := [2]Budget{{Kind: BudgetPoolMonthly, Subject: p.OrgID, Cap: pl.PoolMonthly, Tenant: p.OrgID},
+		{Kind: BudgetPoolBurst, Subject: p.OrgID, Cap: pl.PoolBurst, Tenant: p.OrgID}}
 	var st [2]BudgetState
 	if err := l.c.Usage(ctx, now, b[:], st[:]); err != nil {
 		return false
@@ -478,7 +478,7 @@ func (l *Limits) AdmitChat(ctx context.Context, now time.Time, p *hotpath.Princi
 	var ws [2]Window
 	var out [2]WindowState
 	a := Admission{Windows: l.windows(p, hotpath.RateRequests, &ws), WindowOut: out[:],
-		LeaseKey: p.CounterKeys().Lease, LeaseLimit: l.PlanOf(p).MaxConcurrent,
+		LeaseKey: p.CounterKeys().Lease, LeaseLimit: l.PlanOf(p).MaxConcurrent, LeaseTenant: p.OrgID,
 		Budgets: ch.Budgets[:ch.N], Amounts: ch.Amounts[:ch.N]}
 	res, err := l.c.Admit(ctx, now, &a, &ch.Res)
 	if err != nil {

@@ -867,6 +867,7 @@ func (m *MemoryCounters) admitLocked(c *budgetClock, a *Admission, es *[MaxReser
 	var res AdmitResult
 	if s != nil {
 		res.Lease = lsh.take(s, &m.leaseSeq)
+		res.Lease.Tenant = a.LeaseTenant
 	}
 	reserveLocked(c, a.Budgets, a.Amounts, es, r)
 	return res

@@ -1,7 +1,10 @@
 // Package storetest gives tests their own PostgreSQL database and Redis
-// connection on the servers `make test` starts (DATABASE_URL, REDIS_URL).
-// Without them a test skips, except under CI=true, where it fails: CI must
-// never pass by skipping.
+// connection on the servers `make test` starts (DATABASE_URL, REDIS_URL),
+// and starts what those do not provide from the programs on PATH, once per
+// test binary: a three-node Redis Cluster, a Redis primary behind a
+// sentinel, and a PgBouncer in transaction mode in front of DATABASE_URL's
+// server. Without a service or program a test skips, except under CI=true,
+// where it fails: CI must never pass by skipping.
 package storetest
 
 import (

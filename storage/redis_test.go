@@ -1,0 +1,37 @@
+package storage_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/storage"
+)
+
+func TestParseRedisURL(t *testing.T) {
+	t.Run("Single", func(t *testing.T) {
+		opt, err := storage.ParseRedisURL("redis://:secret@10.0.0.1:6379/0")
+		require.NoError(t, err)
+		require.Equal(t, []string{"10.0.0.1:6379"}, opt.InitAddress)
+		require.Equal(t, "secret", opt.Password)
+		require.True(t, opt.DisableCache)
+		require.Empty(t, opt.Sentinel.MasterSet)
+	})
+	t.Run("ClusterSeeds", func(t *testing.T) {
+		opt, err := storage.ParseRedisURL("redis://n1:6379?addr=n2:6379&addr=n3:6380")
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"n1:6379", "n2:6379", "n3:6380"}, opt.InitAddress)
+		require.True(t, opt.ShuffleInit, "a fleet does not all start on the first seed")
+	})
+	t.Run("Sentinel", func(t *testing.T) {
+		opt, err := storage.ParseRedisURL("redis://s1:26379?addr=s2:26379&master_set=gateway")
+		require.NoError(t, err)
+		require.Equal(t, "gateway", opt.Sentinel.MasterSet)
+		require.Positive(t, opt.Sentinel.TopologyRefreshInterval, "a missed failover announcement is caught up")
+		require.ElementsMatch(t, []string{"s1:26379", "s2:26379"}, opt.InitAddress)
+	})
+	t.Run("Invalid", func(t *testing.T) {
+		_, err := storage.ParseRedisURL("http://x")
+		require.ErrorContains(t, err, "redis-url")
+	})
+}
