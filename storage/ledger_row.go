@@ -67,6 +67,8 @@ type ledgerRow struct {
 	text                      [rowTextCap]byte
 	long                      *[nText]string // the texts, when they did not fit in text
 	barrier                   *barrier
+	jseq                      uint64 // the row's sequence in the journal; 0 when it is not there
+	jslot                     uint32 // its slot
 }
 
 // fill copies r into the row and mints its row id. It reports whether an
