@@ -48,12 +48,20 @@ type Call struct {
 	Detached bool
 	// Ender ends the request on its route; the edge sets it.
 	Ender Ender
+	// Recorded says the request's ledger row was written already
+	// (Ender.Record): ending it does not write it again.
+	Recorded bool
 }
 
 // Ender ends a request a handler took over: status is what the client was
 // answered, and a non-nil err the error it was answered with.
 type Ender interface {
 	End(c *Call, status int, err *codec.Error)
+	// Record writes the request's ledger row now, as End would: a handler
+	// that answers after returning calls it before the answer's last byte
+	// goes out, so that no client holds a complete answer whose row a
+	// crash could still lose. End then does not write the row again.
+	Record(c *Call, status int, err *codec.Error)
 }
 
 var callPool = sync.Pool{New: func() any { return new(Call) }}
