@@ -47,10 +47,6 @@ const (
 	journalPattern    = "ledger-*.journal"
 )
 
-// errJournalUnsupported is returned where files cannot be mapped; the
-// ledger then runs without a journal.
-var errJournalUnsupported = errors.New("the ledger journal is not supported on this platform")
-
 // journal is one process's crash journal: a ring of slots, one row each.
 // Record claims the slot its sequence number falls on; the writer marks a
 // slot done once the row is in PostgreSQL or the spool. A slot still
