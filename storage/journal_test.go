@@ -214,3 +214,31 @@ func TestJournalIsDeletedAtACleanCloseAndKeptWhenRowsRemain(t *testing.T) {
 		require.Len(t, journalRows(t, paths[0]).rows, 4)
 	})
 }
+
+// BenchmarkJournalPut measures the journal's share of Record: encoding the
+// row as a spool line into its slot, with its checksum.
+func BenchmarkJournalPut(b *testing.B) {
+	j, err := openJournal(b.TempDir(), "ledger-bench-1-00000000-", 1<<14)
+	require.NoError(b, err)
+	defer j.close()
+	rows := testRows(1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		row := rows[0]
+		if !j.put(&row) {
+			b.Fatal("slot not free")
+		}
+		j.done(&row)
+	}
+}
+
+// BenchmarkSpoolLine measures encoding a row as a spool line alone.
+func BenchmarkSpoolLine(b *testing.B) {
+	rows := testRows(1)
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for range b.N {
+		buf = appendSpoolLine(buf[:0], &rows[0])
+	}
+}
