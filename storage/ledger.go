@@ -26,7 +26,8 @@ var ErrLedgerClosed = errors.New("ledger is closed")
 
 // LedgerConfig configures the request log's writer and spool.
 type LedgerConfig struct {
-	// SpoolDir holds the spool segments. Every process of a host that
+	// SpoolDir holds the spool segments and each process's crash journal
+	// of its queued rows (journal.go). Every process of a host that
 	// writes to the same database may share it: each writes segments of
 	// its own and replays those of processes that are gone. Processes of
 	// different databases must not share one. Default ".data/spool"
