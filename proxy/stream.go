@@ -200,7 +200,8 @@ func (t *turn) keepConn(conn net.Conn, owned bool) bool {
 // end frees everything the stream held, once, however it ended: conn is
 // closed unless keep hands it back to the server, the budgets are settled
 // and the slots given back, the request is ended on its route (its ledger
-// row written), and the upstream response, when there is one, is read to
+// row written, unless recordBeforeLast did before the last frames), and
+// the upstream response, when there is one, is read to
 // its end (complete) and released.
 func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *codec.Error, owned, keep, complete bool) {
 	ch := t.ch
