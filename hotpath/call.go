@@ -53,12 +53,20 @@ type Call struct {
 	// the spans of its stages; nil when tracing is off, and then nothing
 	// on the request's path looks further.
 	TraceCtx context.Context
+	// Recorded says the request's ledger row was written already
+	// (Ender.Record): ending it does not write it again.
+	Recorded bool
 }
 
 // Ender ends a request a handler took over: status is what the client was
 // answered, and a non-nil err the error it was answered with.
 type Ender interface {
 	End(c *Call, status int, err *codec.Error)
+	// Record writes the request's ledger row now, as End would: a handler
+	// that answers after returning calls it before the answer's last byte
+	// goes out, so that no client holds a complete answer whose row a
+	// crash could still lose. End then does not write the row again.
+	Record(c *Call, status int, err *codec.Error)
 }
 
 var callPool = sync.Pool{New: func() any { return new(Call) }}

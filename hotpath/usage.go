@@ -28,7 +28,7 @@ type UsageRecord struct {
 	// budgets (a 429, a 504 or a failure before the upstream is not).
 	Billed     bool
 	Stream     bool
-	DurationUS int64 // arrival to the last byte written
+	DurationUS int64 // arrival to when the row is recorded: before the answer's last write
 	TTFTUS     int64 // arrival to the first content token; 0 when none
 	// TraceID and SpanID name the request's exported span when tracing
 	// sampled it, so the ledger write's span links to it; zero otherwise.

@@ -173,16 +173,30 @@ func (r *routeEnd) finish(c *hotpath.Call, method []byte, status int) {
 		}
 		e.logAccess(method, c, a, status)
 	}
-	if e.usage != nil && c.User != nil && !a.Unlogged {
-		u := &c.Usage
-		fillUsage(u, c, a.Name)
-		u.Status, u.DurationUS = status, time.Since(c.Start).Microseconds()
-		if c.ErrorCode != 0 {
-			u.ErrorCode = c.ErrorCode.String()
-		}
-		e.usage.Record(u)
-	}
+	r.Record(c, status, nil)
 	hotpath.ReleaseCall(c)
+}
+
+// Record writes the request's ledger row, once: on a route with a ledger,
+// for a request whose key was verified. A non-streaming answer's row is
+// written when the handler returns, before fasthttp writes the body; a
+// stream's, before its last frame goes out (hotpath.Ender).
+func (r *routeEnd) Record(c *hotpath.Call, status int, err *codec.Error) {
+	e, a := r.e, r.a
+	if c.Recorded || e.usage == nil || c.User == nil || a.Unlogged {
+		return
+	}
+	c.Recorded = true
+	u := &c.Usage
+	fillUsage(u, c, a.Name)
+	u.Status, u.DurationUS = status, time.Since(c.Start).Microseconds()
+	switch {
+	case err != nil:
+		u.ErrorCode = err.Code.String()
+	case c.ErrorCode != 0:
+		u.ErrorCode = c.ErrorCode.String()
+	}
+	e.usage.Record(u)
 }
 
 func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, wire Envelope, h Handler) (err error) {

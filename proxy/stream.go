@@ -149,6 +149,7 @@ func (t *turn) refuse(conn net.Conn, head *fasthttp.Response, cerr *codec.Error,
 	t.out = append(t.out, head.Body()...)
 	status := head.StatusCode()
 	fasthttp.ReleaseResponse(head)
+	t.recordBeforeLast(status, cerr)
 	w := clientWriter{Conn: conn, bound: t.up.cfg.StreamIdle}
 	_, err := w.Write(t.out)
 	keep := err == nil && t.keepConn(conn, owned)
@@ -202,7 +203,8 @@ func (t *turn) keepConn(conn net.Conn, owned bool) bool {
 // end frees everything the stream held, once, however it ended: conn is
 // closed unless keep hands it back to the server, the budgets are settled
 // and the slots given back, the request is ended on its route (its ledger
-// row written), and the upstream response, when there is one, is read to
+// row written, unless recordBeforeLast did before the last frames), and
+// the upstream response, when there is one, is read to
 // its end (complete) and released.
 func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *codec.Error, owned, keep, complete bool) {
 	ch := t.ch
@@ -465,21 +467,16 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 	t.out = codec.AppendChunkFinish(t.out, &t.head, st.finish)
 	usageFrame := t.wire == chatV1 || t.req.StreamOptions != nil && t.req.StreamOptions.IncludeUsage
 	if !st.hasUsage {
-		// The usage must be counted: the finish frame (and, without a
-		// usage frame, the whole ending) goes out first, so the client
-		// waits for no count it does not read.
-		if !usageFrame {
-			t.out = codec.AppendDone(t.out)
-			t.last = true
-		}
+		// The usage must be counted: the finish frame goes out first, so
+		// the client sees the answer end without waiting for the count.
+		// The stream's last bytes ([DONE], after the usage frame if there
+		// is one) follow the count: the ledger row, which holds it, is
+		// kept before the answer is complete.
 		if !t.flush(w) {
 			t.settleBill(nil, false, t.delivered)
 			return false
 		}
 		t.settleBill(nil, false, t.delivered)
-		if !usageFrame {
-			return true
-		}
 		t.beginFrame()
 	} else {
 		t.settleBill(&st.usage, true)
@@ -735,6 +732,9 @@ func (t *turn) beforeRead() bool {
 // followed by the last chunk when the stream is done; false means the
 // client is gone.
 func (t *turn) flush(w *clientWriter) bool {
+	if t.last {
+		t.recordBeforeLast(fasthttp.StatusOK, nil)
+	}
 	from := 0
 	if t.chunked {
 		if n := t.framed(); n > 0 {
@@ -780,6 +780,27 @@ func (t *turn) flush(w *clientWriter) bool {
 	}
 	t.lastSent = t.last
 	return true
+}
+
+// recordBeforeLast writes the stream's ledger row before its last bytes
+// go out: a client never holds a complete answer whose row a crash could
+// still lose (docs/ledger.md). The row's status is what the client is
+// being answered; a client that leaves during this last write is counted
+// and logged as gone (499) but its row keeps that status: the answer was
+// complete when it left the gateway. Its duration runs to this moment, and
+// a first content token going out in this same write is stamped now.
+func (t *turn) recordBeforeLast(status int, cerr *codec.Error) {
+	c := t.hcall
+	if c == nil || c.Recorded {
+		return
+	}
+	if t.firstPending {
+		t.firstPending = false
+		t.ttft = time.Since(t.start)
+		t.ch.m.ttft.Update(t.ttft.Seconds())
+	}
+	t.account(&c.Usage)
+	c.Ender.Record(c, status, cerr)
 }
 
 // isTimeout reports a deadline or idle bound that passed, whatever the

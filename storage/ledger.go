@@ -29,7 +29,8 @@ var ErrLedgerClosed = errors.New("ledger is closed")
 
 // LedgerConfig configures the request log's writer and spool.
 type LedgerConfig struct {
-	// SpoolDir holds the spool segments. Every process of a host that
+	// SpoolDir holds the spool segments and each process's crash journal
+	// of its queued rows (journal.go). Every process of a host that
 	// writes to the same database may share it: each writes segments of
 	// its own and replays those of processes that are gone. Processes of
 	// different databases must not share one. Default ".data/spool"
@@ -127,6 +128,9 @@ type Ledger struct {
 	log   *slog.Logger
 	spool *spool
 	w     rowWriter
+	// journal keeps every queued row in a file that outlives a killed
+	// process (journal.go); nil where files cannot be mapped.
+	journal *journal
 
 	queue   chan ledgerRow
 	wake    chan struct{}
@@ -147,7 +151,8 @@ type Ledger struct {
 
 	dropLog, errLog, idLog hotpath.LogLimiter
 
-	m ledgerMetrics
+	m  ledgerMetrics
+	jm journalMetrics
 
 	// Writer goroutine only.
 	batch       []ledgerRow
@@ -215,6 +220,20 @@ func newLedger(db *DB, w rowWriter, cfg LedgerConfig, set *metrics.Set, log *slo
 			batchDuration: set.NewHistogram("gateway_ledger_batch_duration_seconds"),
 		},
 	}
+	if journalSupported {
+		// A slot per row the queue holds and per row of the writer's
+		// batch: the ring fills only when the queue does.
+		j, err := openJournal(cfg.SpoolDir, sp.prefix, cfg.QueueSize+cfg.BatchSize)
+		if err != nil {
+			return nil, err
+		}
+		l.journal = j
+	}
+	l.jm = journalMetrics{
+		recovered: set.NewCounter("gateway_ledger_journal_rows_recovered_total"),
+		torn:      set.NewCounter("gateway_ledger_journal_torn_slots_total"),
+		full:      set.NewCounter("gateway_ledger_journal_full_total"),
+	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.dbUp.Store(true)
 	set.NewGauge("gateway_ledger_queue_length", func() float64 { return float64(len(l.queue)) })
@@ -231,8 +250,9 @@ func newLedger(db *DB, w rowWriter, cfg LedgerConfig, set *metrics.Set, log *slo
 
 // Record takes one row. It copies r (the caller may reuse it at once),
 // never waits on storage and allocates nothing: the row goes into the
-// queue, or, when the queue is full or the ledger closed, straight to the
-// spool.
+// journal and the queue, or, when either is full or the ledger closed,
+// straight to the spool. Once Record returns, the row survives the
+// process being killed (docs/ledger.md).
 func (l *Ledger) Record(r *hotpath.UsageRecord) {
 	var row ledgerRow
 	if row.fill(r) {
@@ -241,6 +261,13 @@ func (l *Ledger) Record(r *hotpath.UsageRecord) {
 	l.m.recorded.Inc()
 	l.inflight.Add(1)
 	if !l.closed.Load() {
+		// Close unmaps the journal only once no Record is in flight.
+		if l.journal != nil && !l.journal.put(&row) {
+			l.jm.full.Inc()
+			l.inflight.Add(-1)
+			l.overflowRow(&row)
+			return
+		}
 		select {
 		case l.queue <- row:
 			l.queued.Add(1)
@@ -251,6 +278,13 @@ func (l *Ledger) Record(r *hotpath.UsageRecord) {
 			return
 		default:
 		}
+		// The row is now in the spool, or counted lost: either way its
+		// slot is free again (a slot kept by a lost row would shrink the
+		// ring for the process's whole life).
+		l.overflowRow(&row)
+		l.journal.done(&row)
+		l.inflight.Add(-1)
+		return
 	}
 	l.inflight.Add(-1)
 	l.overflowRow(&row)
@@ -423,6 +457,7 @@ func (l *Ledger) maintain(now time.Time) {
 	}
 	l.nextAdopt = now.Add(adoptInterval)
 	l.spool.adopt()
+	l.adoptJournals()
 }
 
 // replayWork reports whether spooled rows wait and PostgreSQL is up.
@@ -464,7 +499,12 @@ func (l *Ledger) persistBatch(force bool) (inDB bool) {
 	return false
 }
 
+// release lets go of a batch that is in PostgreSQL or the spool: its
+// journal slots may be reused.
 func (l *Ledger) release(n int) {
+	for i := range l.batch {
+		l.journal.done(&l.batch[i])
+	}
 	l.batch = l.batch[:0]
 	l.stuck = false
 	l.queued.Add(-int64(n))
@@ -620,10 +660,19 @@ func (l *Ledger) drain() {
 			l.m.dropped.Add(n)
 			l.log.Error("ledger rows lost at shutdown: PostgreSQL and the spool cannot take them", "rows", n, "err", err)
 			l.closeErr = fmt.Errorf("cannot drain the ledger: %d rows lost: %w", n, err)
-		} else {
-			l.m.spooled.Add(n)
+			// They stay in the journal, which the next process replays.
+			l.batch = l.batch[:0]
+			l.queued.Add(-int64(n))
+			continue
 		}
+		l.m.spooled.Add(n)
 		l.release(n)
+	}
+	if l.journal != nil {
+		if left := l.journal.close(); left > 0 {
+			l.log.Error("ledger journal left with rows neither PostgreSQL nor the spool took; the next process replays it",
+				"rows", left)
+		}
 	}
 	if err := l.spool.close(); err != nil && l.closeErr == nil {
 		l.closeErr = err

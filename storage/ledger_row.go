@@ -71,6 +71,8 @@ type ledgerRow struct {
 	// there is none); they are not stored or spooled.
 	traceID [16]byte
 	spanID  [8]byte
+	jseq    uint64 // the row's sequence in the journal; 0 when it is not there
+	jslot   uint32 // its slot
 }
 
 // fill copies r into the row and mints its row id. It reports whether an

@@ -26,13 +26,6 @@ import (
 	"github.com/edgegw/gateway/storage/storetest"
 )
 
-// killLedgerWindow is how long before a SIGKILL a request must have been
-// answered for its ledger row to be in PostgreSQL: a row is queued after
-// its answer and written within a flush interval (200 ms) and one batch
-// statement; rows still queued die with the process (docs/ledger.md). Two
-// seconds covers a batch on a loaded machine.
-const killLedgerWindow = 2 * time.Second
-
 // killed is one request of the load on a fleet one of whose processes is
 // SIGKILLed.
 type killed struct {
@@ -41,12 +34,16 @@ type killed struct {
 	acked time.Time // when its last frame arrived; zero when it never completed
 }
 
+// killWarmup is how long the victim serves the load before it is killed.
+const killWarmup = 500 * time.Millisecond
+
 // Three gateway processes serve a streaming load on one key with a
 // concurrency ceiling; one of them, holding streams, is SIGKILLed mid-load.
-// Every request it answered (up to the ledger's documented window) has its
-// ledger row, its leases keep counting fleet-wide until they expire, and
-// they come back within the lease time: not before their expiry on the
-// Redis clock, and all of them by the lease time after the kill.
+// Every request it answered completely has exactly one ledger row once a
+// process started on its spool directory has replayed its crash journal,
+// its leases keep counting fleet-wide until they expire, and they come
+// back within the lease time: not before their expiry on the Redis clock,
+// and all of them by the lease time after the kill.
 //
 // Every check of the leases is made against what Redis holds: the test
 // reads the lease set and the Redis clock, so a request of its own that
@@ -140,9 +137,8 @@ func TestKilledProcessLosesNoRowAndItsLeasesComeBack(t *testing.T) {
 			}
 		})
 	}
-	// Mid-load, once the victim answered requests before the ledger's
-	// window.
-	require.Eventually(t, func() bool { return acked(killLedgerWindow+100*time.Millisecond) >= 5 }, 30*time.Second, 50*time.Millisecond,
+	// Mid-load, once the victim has been answering for a while.
+	require.Eventually(t, func() bool { return acked(killWarmup) >= 5 }, 30*time.Second, 50*time.Millisecond,
 		"the victim answered too little load")
 	require.NoError(t, syscall.Kill(victim.PID, syscall.SIGKILL))
 	kill := time.Now()
@@ -204,8 +200,15 @@ func TestKilledProcessLosesNoRowAndItsLeasesComeBack(t *testing.T) {
 	require.Nil(t, holdStream(t, survivor(0), tn.key), "the survivors hold the whole ceiling")
 	t.Logf("lease time %v; the victim answered %d requests and held %d slots when it died", meter.LeaseTTL, acked(0), len(dead))
 
-	// The ledger: every request the victim answered before the window
-	// has its row; the survivors' rows all arrive.
+	// The ledger: a process started on the victim's spool directory
+	// replays the journal the victim left (its lock died with it), so every
+	// request the victim answered completely has exactly one row, however
+	// close to the kill it was answered; the survivors' rows all arrive.
+	replacement, err := child.Start(context.Background(), "gw0-replacement", bin, nil, []string{"listening"},
+		"serve", "--addr", "127.0.0.1:0", "--admin-addr", "", "--database-url", dbURL, "--redis-url", redisURL,
+		"--config", cfgPath, "--ledger-spool-dir", filepath.Join(dir, "gw0"))
+	require.NoError(t, err)
+	t.Cleanup(replacement.Stop)
 	conn, err := pgx.Connect(context.Background(), dbURL)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
@@ -223,39 +226,42 @@ func TestKilledProcessLosesNoRowAndItsLeasesComeBack(t *testing.T) {
 		require.NoError(t, rows.Err())
 		return got
 	}
-	var mustVictim, windowVictim, mustSurvivors []string
+	var mustVictim, mustSurvivors []string
+	var lastVictim time.Duration // how long before the kill the victim's last answer completed
+	lastVictim = time.Hour
 	for _, r := range reqs {
 		switch {
 		case r.acked.IsZero():
 		case r.proc != 0:
 			mustSurvivors = append(mustSurvivors, r.id)
-		case kill.Sub(r.acked) > killLedgerWindow:
-			mustVictim = append(mustVictim, r.id)
 		default:
-			windowVictim = append(windowVictim, r.id)
+			mustVictim = append(mustVictim, r.id)
+			lastVictim = min(lastVictim, kill.Sub(r.acked))
 		}
 	}
 	require.NotEmpty(t, mustVictim)
-	got := rowsOf(mustVictim)
-	for _, id := range mustVictim {
-		require.Equal(t, 1, got[id], "the victim answered %s %v before it was killed, and its row is not in the ledger", id, killLedgerWindow)
-	}
-	inWindow := rowsOf(windowVictim)
-	lost := "none lost"
-	var lostAge time.Duration // the oldest answer whose row died with the process
-	for _, r := range reqs {
-		if r.proc == 0 && !r.acked.IsZero() && inWindow[r.id] == 0 && slices.Contains(windowVictim, r.id) {
-			lostAge = max(lostAge, kill.Sub(r.acked))
-			lost = fmt.Sprintf("the oldest lost was answered %v before the kill", lostAge.Round(time.Millisecond))
+	missing := func(ids []string) []string {
+		got := rowsOf(ids)
+		var out []string
+		for _, id := range ids {
+			if got[id] == 0 {
+				out = append(out, id)
+			}
 		}
+		return out
 	}
-	require.Eventually(t, func() bool { return len(rowsOf(mustSurvivors)) == len(mustSurvivors) }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return len(missing(mustVictim)) == 0 }, 20*time.Second, 50*time.Millisecond,
+		"a request the victim answered completely has no ledger row after its journal was replayed")
+	for id, n := range rowsOf(mustVictim) {
+		require.Equal(t, 1, n, "the victim's request %s has %d rows", id, n)
+	}
+	require.Eventually(t, func() bool { return len(missing(mustSurvivors)) == 0 }, 10*time.Second, 50*time.Millisecond,
 		"a survivor's answered request has no ledger row")
 	for id, n := range rowsOf(mustSurvivors) {
 		require.Equal(t, 1, n, "request %s has %d rows", id, n)
 	}
-	t.Logf("ledger: %d rows of the victim's answers before the window, %d of %d in its last %v (%s), %d of the survivors'",
-		len(mustVictim), len(inWindow), len(windowVictim), killLedgerWindow, lost, len(mustSurvivors))
+	t.Logf("ledger: all %d rows of the victim's answers (the last answered %v before the kill), %d of the survivors'",
+		len(mustVictim), lastVictim.Round(time.Millisecond), len(mustSurvivors))
 }
 
 // streamOnce sends one short stream to addr and reports whether it

@@ -123,7 +123,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key replay is kept")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", 10*time.Minute, "how often this process deletes conversations past their retention deadline (one process at a time, under an advisory lock); 0 disables it here")
 	fs.DurationVar(&c.MemoryReturn, "memory-return-interval", 30*time.Second, "how often this process checks whether it has gone quiet (almost nothing allocated since the last check) while holding freed heap, and then returns that memory to the system at once; 0 leaves it to the Go runtime's own pace")
-	fs.StringVar(&c.Ledger.SpoolDir, "ledger-spool-dir", ".data/spool", "directory where request-log rows wait while PostgreSQL is unreachable")
+	fs.StringVar(&c.Ledger.SpoolDir, "ledger-spool-dir", ".data/spool", "directory where request-log rows wait while PostgreSQL is unreachable, and of the crash journal")
 	fs.Int64Var(&c.Ledger.SpoolMaxBytes, "ledger-spool-max-bytes", 1<<30, "bound of this process's ledger spool, bytes")
 	fs.IntVar(&c.Ledger.QueueSize, "ledger-queue-size", 16384, "request-log rows held in memory for the writer")
 	fs.IntVar(&c.Ledger.BatchSize, "ledger-batch-size", 500, "request-log rows per insert statement")
