@@ -75,7 +75,7 @@ func openReplica(ctx context.Context, cfg Config) (*replica, error) {
 }
 
 // read runs fn on the replica when it is usable, else (or when fn fails
-// there for a reason other than finding nothing) on the primary.
+// there for a reason other than finding no row) on the primary.
 func (db *DB) read(fn func(q querier) error) error {
 	r := db.replica
 	if r == nil {
@@ -83,7 +83,7 @@ func (db *DB) read(fn func(q querier) error) error {
 	}
 	if r.usable.Load() {
 		err := fn(r.pool)
-		if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, pgx.ErrNoRows) {
+		if err == nil || errors.Is(err, pgx.ErrNoRows) {
 			r.reads.Add(1)
 			return err
 		}

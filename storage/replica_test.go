@@ -74,7 +74,7 @@ func (p pgTools) dir(t *testing.T) string {
 // stops it (also called at the end of the test).
 func (p pgTools) serve(t *testing.T, data string, standby bool) (string, func()) {
 	t.Helper()
-	port := freePort(t)
+	port := storetest.FreePort(t)
 	server := p.command("postgres", "-D", data, "-p", strconv.Itoa(port), "-k", filepath.Dir(data),
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off")
 	server.Stdout, server.Stderr = io.Discard, io.Discard
@@ -122,14 +122,6 @@ func startPrimaryAndReplica(t *testing.T) (primaryURL, replicaURL string, stopRe
 	require.NoError(t, err, "pg_basebackup: %s", out)
 	replicaURL, stopReplica = p.serve(t, standby, true)
 	return primaryURL, replicaURL, stopReplica
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestReadReplica proves which server a staleness-tolerant read goes to,

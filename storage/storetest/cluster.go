@@ -70,9 +70,16 @@ func RedisClusterURL(t testing.TB) string {
 // closed when the test ends.
 func RedisCluster(t testing.TB) rueidis.Client {
 	t.Helper()
-	c, err := storage.OpenRedis(context.Background(), RedisClusterURL(t))
+	return openRedis(t, RedisClusterURL(t), rueidis.ClientModeCluster)
+}
+
+// openRedis connects to url, requires the client rueidis chose for it to
+// be of mode, and closes it when the test ends.
+func openRedis(t testing.TB, url string, mode rueidis.ClientMode) rueidis.Client {
+	t.Helper()
+	c, err := storage.OpenRedis(context.Background(), url)
 	require.NoError(t, err)
-	require.Equal(t, rueidis.ClientModeCluster, c.Mode())
+	require.Equal(t, mode, c.Mode())
 	t.Cleanup(c.Close)
 	return c
 }

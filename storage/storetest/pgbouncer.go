@@ -201,6 +201,15 @@ func unprivilegedUser() (string, error) {
 	return "", fmt.Errorf("cannot run pgbouncer as root, and neither postgres nor nobody exists")
 }
 
+// FreePort returns a loopback port nothing listens on now, for a server a
+// test starts.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	p, err := freePort()
+	require.NoError(t, err)
+	return p
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

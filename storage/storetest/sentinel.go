@@ -12,8 +12,6 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-
-	"github.com/edgegw/gateway/storage"
 )
 
 // sentinelMaster is the name the test sentinel monitors its primary under.
@@ -44,11 +42,7 @@ func RedisSentinelURL(t testing.TB) string {
 // when the test ends.
 func RedisSentinel(t testing.TB) rueidis.Client {
 	t.Helper()
-	c, err := storage.OpenRedis(context.Background(), RedisSentinelURL(t))
-	require.NoError(t, err)
-	require.Equal(t, rueidis.ClientModeSentinel, c.Mode())
-	t.Cleanup(c.Close)
-	return c
+	return openRedis(t, RedisSentinelURL(t), rueidis.ClientModeSentinel)
 }
 
 func startSentinel(bin string) (string, error) {
