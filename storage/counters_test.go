@@ -372,11 +372,14 @@ func testRedisCountersConcurrentSeedersAcrossProcesses(t *testing.T, connect fun
 }
 
 // faultProxy stands between a client and Redis and can go silent
-// (packets swallowed) or away (connections refused).
+// (packets swallowed both ways), deaf (commands go through and run, the
+// answers are dropped, so the client times out as if Redis were too slow)
+// or away (connections refused).
 type faultProxy struct {
 	ln     net.Listener
 	target string
 	silent atomic.Bool
+	deaf   atomic.Bool
 	mu     sync.Mutex
 	conns  []net.Conn
 }
@@ -404,18 +407,19 @@ func (p *faultProxy) serve() {
 		p.mu.Lock()
 		p.conns = append(p.conns, c, up)
 		p.mu.Unlock()
-		go p.pipe(up, c)
-		go p.pipe(c, up)
+		go p.pipe(up, c, false)
+		go p.pipe(c, up, true)
 	}
 }
 
-func (p *faultProxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst; answers says the bytes are Redis's.
+func (p *faultProxy) pipe(dst, src net.Conn, answers bool) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.silent.Load() {
+		if n > 0 && !p.silent.Load() && !(answers && p.deaf.Load()) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -428,6 +432,12 @@ func (p *faultProxy) pipe(dst, src net.Conn) {
 
 func (p *faultProxy) cut() {
 	p.ln.Close()
+	p.hangUp()
+}
+
+// hangUp closes every connection (whose answers may have been dropped);
+// the client dials again.
+func (p *faultProxy) hangUp() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
@@ -677,71 +687,6 @@ func BenchmarkRedisCounters(b *testing.B) {
 	})
 }
 
-// deafProxy forwards a client's commands to Redis but, while deaf, drops
-// Redis's answers: the commands run, and the client times out as if Redis
-// were too slow to answer.
-type deafProxy struct {
-	ln     net.Listener
-	target string
-	deaf   atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-}
-
-func startDeafProxy(t *testing.T, target string) *deafProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &deafProxy{ln: ln, target: target}
-	t.Cleanup(func() { ln.Close(); p.hangUp() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go p.pipe(up, c, false)
-			go p.pipe(c, up, true)
-		}
-	}()
-	return p
-}
-
-func (p *deafProxy) pipe(dst, src net.Conn, answers bool) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !(answers && p.deaf.Load()) {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// hangUp closes every connection (whose answers may have been dropped);
-// the client dials again.
-func (p *deafProxy) hangUp() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
 // An admission that Redis ran but whose answer came after the call's bound
 // is served unmetered; the lease it took is nobody's to renew or release.
 // It must not hold one of the key's slots fleet-wide for the whole lease
@@ -750,7 +695,7 @@ func TestRedisCountersReleaseTheLeaseOfATimedOutAdmission(t *testing.T) {
 	const ttl = 6 * time.Second
 	opt, err := rueidis.ParseURL(storetest.RedisURL(t))
 	require.NoError(t, err)
-	p := startDeafProxy(t, opt.InitAddress[0])
+	p := startFaultProxy(t, opt.InitAddress[0])
 	o := opt
 	o.InitAddress = []string{p.ln.Addr().String()}
 	o.DisableCache = true
