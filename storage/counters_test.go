@@ -718,7 +718,10 @@ func TestRedisCountersReleaseTheLeaseOfATimedOutAdmission(t *testing.T) {
 	_, err = c.Admit(context.Background(), time.Now(), &meter.Admission{LeaseKey: "cc:k1", LeaseLimit: 2}, new(meter.Reservation))
 	require.ErrorIs(t, err, meter.ErrCountersUnavailable)
 	failed := time.Now()
-	require.Equal(t, int64(1), inFlight(), "Redis ran the admission and took the lease")
+	// The command went out before the answer was dropped; on a loaded
+	// machine Redis may run it a moment after the call gave up.
+	require.Eventually(t, func() bool { return inFlight() == 1 }, time.Second, 5*time.Millisecond,
+		"Redis ran the admission and took the lease")
 	p.deaf.Store(false)
 	p.hangUp()
 
