@@ -307,6 +307,9 @@ func TestClientThatLeavesMidStreamIsBilledAndFreed(t *testing.T) {
 		r := f.post(t, path, streamBody("hi [[sim:tokens=2]]"))
 		require.Equal(t, http.StatusOK, r.status, string(r.body))
 		require.Eventually(t, func() bool { return len(sink.all()) == i+2 }, 5*time.Second, 5*time.Millisecond)
+		// A stream's row is written before its last frames go out, so the
+		// row is no sign that its slot is back: wait for the stream to end.
+		require.Eventually(t, func() bool { return f.chat.gate.InFlight() == 0 }, 2*time.Second, 5*time.Millisecond)
 		sink.mu.Lock()
 		sink.rows = sink.rows[:i+1]
 		sink.mu.Unlock()
