@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -379,19 +380,18 @@ func parseSpoolLine(line []byte, w *ledgerRow) error {
 	return nil
 }
 
+// cleanAlready reports whether b is valid UTF-8 without NUL bytes: text
+// PostgreSQL takes as it is.
+func cleanAlready(b []byte) bool {
+	return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0
+}
+
 // cleanText makes b safe for a PostgreSQL text column: valid UTF-8 and no
 // NUL byte. Texts come from the gateway's own names and a validated request
 // id, so this never changes a real row; it only keeps a malformed one from
 // failing its whole batch.
 func cleanText(b []byte) string {
-	ok := utf8.Valid(b)
-	for _, c := range b {
-		if c == 0 {
-			ok = false
-			break
-		}
-	}
-	if ok {
+	if cleanAlready(b) {
 		return string(b)
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(string(b), "\uFFFD"), "\x00", "\uFFFD")

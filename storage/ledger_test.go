@@ -96,6 +96,8 @@ func testLedgerRowsReachPostgres(t *testing.T, db *storage.DB) {
 	l.Record(usage("req-anonymous", func(r *hotpath.UsageRecord) {
 		r.KeyID, r.UserID, r.OrgID, r.Bucket, r.Tier, r.Status, r.ErrorCode, r.Billed = "", "", "", "", "", 401, "unauthorized", false
 	}))
+	// A text PostgreSQL would refuse is made valid, not the batch failed.
+	l.Record(usage("req-\x00bad\xff"))
 	flush(t, l.Ledger)
 	ctx := context.Background()
 
@@ -116,7 +118,8 @@ func testLedgerRowsReachPostgres(t *testing.T, db *storage.DB) {
 
 	require.Equal(t, 1, countRows(t, db, "request_id = 'req-anonymous' and key_id is null and user_id is null and org_id is null and bucket is null and tier is null"))
 	require.Equal(t, 1, countRows(t, db, "request_id = 'req-full' and error_code is null and ttft_us = 250000"))
-	require.EqualValues(t, 3, l.counter("gateway_ledger_rows_written_total"))
+	require.Equal(t, 1, countRows(t, db, "request_id = $1", "req-\uFFFDbad\uFFFD"))
+	require.EqualValues(t, 4, l.counter("gateway_ledger_rows_written_total"))
 }
 
 func TestLedgerKeepsEveryRowOfARequestIDUsedTwice(t *testing.T) {
