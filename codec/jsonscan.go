@@ -480,3 +480,41 @@ func (it *arrayIter) skip() {
 		it.err = err
 	}
 }
+
+// ArrayLongerThan reports whether the top-level object in body has a member
+// key whose value is an array of more than n elements. It reads the body
+// once, stops at the (n+1)th element and allocates nothing, so a request
+// can be refused for a bound before it is decoded: decoding 20,000 tools
+// costs milliseconds of CPU and megabytes of garbage only to be refused.
+// Malformed JSON reports false, and the decoder then says what is wrong.
+func ArrayLongerThan(body []byte, key string, n int) bool {
+	var obj objectIter
+	if !obj.start(body, 0) {
+		return false
+	}
+	for {
+		k, ok := obj.next()
+		if !ok {
+			return false
+		}
+		if string(k) != key {
+			obj.skip()
+			continue
+		}
+		var arr arrayIter
+		if !arr.start(body, obj.pos) {
+			obj.skip()
+			continue
+		}
+		for arr.next() {
+			if arr.n > n {
+				return true
+			}
+			arr.skip()
+		}
+		if arr.err != nil {
+			return false
+		}
+		obj.pos = arr.pos
+	}
+}

@@ -253,3 +253,38 @@ func BenchmarkSkipValue(b *testing.B) {
 		}
 	}
 }
+
+func TestArrayLongerThan(t *testing.T) {
+	tools := func(n int) string {
+		items := make([]string, n)
+		for i := range items {
+			items[i] = `{"type":"function","function":{"name":"f` + strconv.Itoa(i) + `"}}`
+		}
+		return "[" + strings.Join(items, ",") + "]"
+	}
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{
+		{`{"model":"m","tools":` + tools(3) + `}`, false},
+		{`{"model":"m","tools":` + tools(4) + `}`, true},
+		{`{"tools":` + tools(5) + `,"model":"m"}`, true},
+		// The member is found after values of every kind, escapes included.
+		{`{"messages":[{"content":"a \"tools\": [1,2,3,4,5]"}],"n":{"tools":[1,2,3,4,5]},"tools":[1,2]}`, false},
+		{`{"a":[[1,2],{"b":"c"}],"tools" : [ 1 , 2 , 3 , 4 ]}`, true},
+		// Not an array, or not an object: nothing to count.
+		{`{"tools":"1,2,3,4,5"}`, false},
+		{`[1,2,3,4,5]`, false},
+		// Malformed before the bound is passed: left to the decoder.
+		{`{"tools":[1,2,3`, false},
+		{`{"model":"m",`, false},
+		// Passing the bound decides, whatever follows.
+		{`{"tools":[1,2,3,4,5,`, true},
+	} {
+		require.Equal(t, tc.want, ArrayLongerThan([]byte(tc.body), "tools", 3), tc.body)
+	}
+	// A million tools allocate nothing; what follows the bound is not read
+	// (the malformed tail above).
+	huge := []byte(`{"tools":[` + strings.Repeat(`{"x":1},`, 1<<20) + `{"x":1}]}`)
+	require.Zero(t, testing.AllocsPerRun(10, func() { require.True(t, ArrayLongerThan(huge, "tools", 3)) }))
+}

@@ -14,6 +14,12 @@ import (
 // wires check what is particular to their API here; validateChat then runs
 // the same rules on every wire.
 func (t *turn) decode(body []byte) *codec.Error {
+	// A large body is read for its tool count before it is decoded: more
+	// than maxTools are refused either way, and decoding them first costs
+	// CPU and garbage in proportion to the count.
+	if len(body) > toolScanFrom && codec.ArrayLongerThan(body, "tools", maxTools) {
+		return errTooManyTools
+	}
 	switch t.wire {
 	case chatAnthropic:
 		if cerr := codec.DecodeRequest(body, &t.anthropic); cerr != nil {
@@ -26,6 +32,11 @@ func (t *turn) decode(body []byte) *codec.Error {
 	}
 	return codec.DecodeRequest(body, &t.req)
 }
+
+// toolScanFrom is the body size from which decode counts the tools before
+// decoding: below it, even a body of nothing but tools decodes in
+// microseconds.
+const toolScanFrom = 64 << 10
 
 // countMessageTokens serves POST /v1/messages/count_tokens: the input
 // tokens a /v1/messages call with the same body would be billed, counted

@@ -613,8 +613,12 @@ func testRedisCountersAdmitSeedsThenOneRoundTrip(t *testing.T, connect func(test
 	ctx := t.Context()
 	now := time.Now()
 	warm := &meter.Admission{LeaseKey: "cc:warm", LeaseLimit: 1, Budgets: []meter.Budget{{Kind: meter.BudgetCredits, Subject: "key_warm", Cap: -1}}, Amounts: []int64{1}}
-	_, err := c.Admit(ctx, now, warm, new(meter.Reservation)) // loads the scripts
+	var wr meter.Reservation
+	wres, err := c.Admit(ctx, now, warm, &wr) // loads the admission script
 	require.NoError(t, err)
+	// and the finish script: run alone, on a Redis that has never seen it,
+	// the first Finish would pay EVALSHA's NOSCRIPT and the EVAL after it.
+	require.NoError(t, c.Finish(ctx, wres.Lease, &wr, []int64{1}))
 
 	a := &meter.Admission{
 		Windows:   []meter.Window{{Key: "rl:key:k1:requests", Limit: 100, Length: time.Minute}},

@@ -22,7 +22,7 @@ type scratch struct {
 	cuts  []int32 // the merge's result: where each final part begins
 	// lookups counts the rank lookups of merges: the work the tests bound.
 	lookups int
-	// sinceYield is the text counted since the count last yielded.
+	// sinceYield is the text counted since the count last read the clock.
 	sinceYield int
 }
 
