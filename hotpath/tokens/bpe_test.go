@@ -103,3 +103,22 @@ func TestLongRunCostIsLinear(t *testing.T) {
 	lookups := s.lookups
 	require.Less(t, lookups, 4*len(run), "rank lookups for a %d-byte run", len(run))
 }
+
+// BenchmarkLongRun counts one unbroken 280 KiB word, the hostile
+// scenario's: of one repeated letter, and of random letters.
+func BenchmarkLongRun(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	random := make([]byte, 280<<10)
+	for i := range random {
+		random[i] = byte('a' + r.IntN(26))
+	}
+	for name, text := range map[string]string{"repeated": strings.Repeat("a", 280<<10), "random": string(random)} {
+		b.Run(name, func(b *testing.B) {
+			Count(text)
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				Count(text)
+			}
+		})
+	}
+}

@@ -91,7 +91,7 @@ func encoder() *bpe {
 		if err != nil {
 			panic("tokens: cannot load " + Encoding + ": " + err.Error())
 		}
-		enc = &bpe{ranks: ranks}
+		enc = newBPE(ranks)
 		s := scratchPool.Get().(*scratch)
 		primer = 1 + enc.count("assistant\n", s)
 		scratchPool.Put(s)
