@@ -10,7 +10,7 @@ import (
 // pair after each merge is quadratic, and one unbroken run of MaxRun bytes
 // then costs a millisecond.
 type bpe struct {
-	ranks map[string]int
+	vocab *vocab
 	// pairs is the rank of every two-byte token, -1 where a pair is not
 	// one, indexed by the two bytes: a merge first looks up every adjacent
 	// pair of its piece, and a 256 KiB table answers from the cache where
@@ -21,7 +21,7 @@ type bpe struct {
 }
 
 func newBPE(ranks map[string]int) *bpe {
-	b := &bpe{ranks: ranks, pairs: new([1 << 16]int32)}
+	b := &bpe{vocab: newVocab(ranks), pairs: new([1 << 16]int32)}
 	for i := range b.pairs {
 		b.pairs[i] = -1
 	}
@@ -89,7 +89,7 @@ func replaceInvalid(text string) string {
 func (b *bpe) count(text string, s *scratch) int {
 	n := 0
 	b.segment(text, func(piece string) {
-		if _, ok := b.ranks[piece]; ok {
+		if _, ok := b.vocab.rank(piece); ok {
 			n++
 			return
 		}
@@ -104,7 +104,7 @@ func (b *bpe) rank(s *scratch, piece string, a, c int32) int32 {
 	if c-a == 2 {
 		return b.pairs[uint16(piece[a])<<8|uint16(piece[a+1])]
 	}
-	if r, ok := b.ranks[piece[a:c]]; ok {
+	if r, ok := b.vocab.rank(piece[a:c]); ok {
 		return int32(r)
 	}
 	return -1

@@ -67,7 +67,7 @@ func TestMergeMatchesReference(t *testing.T) {
 		// Boundaries: rebuild the reference tokens' byte lengths.
 		got := []int{}
 		e.segment(text, func(piece string) {
-			if _, ok := e.ranks[piece]; ok {
+			if _, ok := e.vocab.rank(piece); ok {
 				got = append(got, len(piece))
 				return
 			}

@@ -391,7 +391,7 @@ func Split(text string) []string {
 		k := cutAt(rest)
 		e.segment(rest[:k], func(piece string) {
 			cuts := one
-			if _, ok := e.ranks[piece]; !ok {
+			if _, ok := e.vocab.rank(piece); !ok {
 				cuts = e.merge(piece, s)
 			}
 			for _, c := range cuts[1:] {

@@ -1,0 +1,93 @@
+package tokens
+
+import (
+	"hash/maphash"
+	"math/bits"
+)
+
+// vocab maps each token's bytes to its rank. It replaces the loader's
+// map[string]int, whose 200,000 keys were each their own heap object: 94%
+// of the objects the collector marked on every cycle, in the gateway and in
+// the simulator, for a table that never changes. vocab holds no pointer
+// the collector has to follow (three flat slices), and an open-addressing
+// lookup usually touches one slot: a token of up to eight bytes is
+// compared by the slot's inline copy of its head, a longer one reads the
+// rest from the arena.
+type vocab struct {
+	seed  maphash.Seed
+	mask  uint64
+	slots []vocabSlot
+	arena []byte // every token's bytes, back to back
+}
+
+// vocabSlot is one token: head holds its first eight bytes (zero-padded,
+// little-endian), meta its offset in the arena (high 32 bits), its length
+// (8 bits) and its rank (low 24 bits). Length 0 marks an empty slot.
+type vocabSlot struct {
+	head, meta uint64
+}
+
+const (
+	vocabRankBits = 24
+	vocabMaxLen   = 255
+)
+
+// newVocab builds the table from the loader's ranks, with at most 3/8 of
+// its slots used, so that a lookup of a pair that is not a token (half the
+// merge's lookups) ends within two slots on average.
+func newVocab(ranks map[string]int) *vocab {
+	size := uint64(1) << bits.Len64(uint64(len(ranks))*8/3)
+	v := &vocab{seed: maphash.MakeSeed(), mask: size - 1, slots: make([]vocabSlot, size)}
+	n := 0
+	for tok := range ranks {
+		n += len(tok)
+	}
+	v.arena = make([]byte, 0, n)
+	for tok, rank := range ranks {
+		if len(tok) == 0 || len(tok) > vocabMaxLen || rank < 0 || rank >= 1<<vocabRankBits {
+			panic("tokens: the encoding has a token the rank table cannot hold")
+		}
+		off := uint64(len(v.arena))
+		v.arena = append(v.arena, tok...)
+		i := maphash.String(v.seed, tok) & v.mask
+		for v.slots[i].meta != 0 {
+			i = (i + 1) & v.mask
+		}
+		v.slots[i] = vocabSlot{head: head8(tok), meta: off<<32 | uint64(len(tok))<<vocabRankBits | uint64(rank)}
+	}
+	return v
+}
+
+// rank returns the rank of the token s, or ok=false when s is not one.
+func (v *vocab) rank(s string) (rank int, ok bool) {
+	if len(s) == 0 || len(s) > vocabMaxLen {
+		return 0, false
+	}
+	head := head8(s)
+	for i := maphash.String(v.seed, s) & v.mask; ; i = (i + 1) & v.mask {
+		sl := &v.slots[i]
+		n := int(sl.meta >> vocabRankBits & 0xff)
+		if n == 0 {
+			return 0, false
+		}
+		if n == len(s) && sl.head == head {
+			if n > 8 {
+				off := int(sl.meta >> 32)
+				if string(v.arena[off+8:off+n]) != s[8:] {
+					continue
+				}
+			}
+			return int(sl.meta & (1<<vocabRankBits - 1)), true
+		}
+	}
+}
+
+// head8 packs the first eight bytes of s (fewer when s is shorter) into
+// an integer, first byte lowest.
+func head8(s string) uint64 {
+	var h uint64
+	for i := range min(len(s), 8) {
+		h |= uint64(s[i]) << (8 * i)
+	}
+	return h
+}
