@@ -32,11 +32,12 @@ const (
 	vocabMaxLen   = 255
 )
 
-// newVocab builds the table from the loader's ranks, with at most 3/8 of
-// its slots used, so that a lookup of a pair that is not a token (half the
-// merge's lookups) ends within two slots on average.
+// newVocab builds the table from the loader's ranks, with at most half of
+// its slots used (o200k: 200,000 tokens in 524,288 slots, 8 MiB), so that
+// a lookup of a pair that is not a token (half the merge's lookups) ends
+// within two or three slots on average.
 func newVocab(ranks map[string]int) *vocab {
-	size := uint64(1) << bits.Len64(uint64(len(ranks))*8/3)
+	size := uint64(1) << bits.Len64(uint64(2*len(ranks)-1))
 	v := &vocab{seed: maphash.MakeSeed(), mask: size - 1, slots: make([]vocabSlot, size)}
 	n := 0
 	for tok := range ranks {
