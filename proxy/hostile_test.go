@@ -18,6 +18,7 @@ import (
 // hostileCase is one hostile request and what it must cost at most.
 type hostileCase struct {
 	name    string
+	path    string // the route; /api/v1/chat when empty
 	body    func() string
 	headers []string
 	status  int
@@ -86,6 +87,10 @@ func hostileCases() []hostileCase {
 		// 23 MiB to decode tools only to refuse them; what is left is
 		// reading the body).
 		{name: "120000 tools", body: func() string { return hostileBody("hi", `,"tools":`+manyTools(120_000)) },
+			status: 400, code: "invalid_request", message: "at most 128 tools", cpu: time.Second, alloc: 16 * mib},
+		// Every route that decodes a chat body reads the count first.
+		{name: "120000 tools, token count", path: "/api/v1/tokens/count",
+			body:   func() string { return hostileBody("hi", `,"tools":`+manyTools(120_000)) },
 			status: 400, code: "invalid_request", message: "at most 128 tools", cpu: time.Second, alloc: 16 * mib},
 		{name: "128 tools, last a duplicate", body: func() string {
 			return hostileBody("hi", `,"tools":`+strings.Replace(manyTools(128), `"f127"`, `"f3"`, 1))
@@ -160,7 +165,11 @@ func TestHostileInput(t *testing.T) {
 			runtime.GC()
 			runtime.ReadMemStats(&before)
 			start := cputest.Used(t)
-			r := f.post(t, "/api/v1/chat", body, tc.headers...)
+			path := tc.path
+			if path == "" {
+				path = "/api/v1/chat"
+			}
+			r := f.post(t, path, body, tc.headers...)
 			used := cputest.Used(t) - start
 			runtime.ReadMemStats(&after)
 			require.Equal(t, tc.status, r.status, "%.300s", r.body)

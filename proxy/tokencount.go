@@ -59,7 +59,7 @@ func (ch *Chat) countTokens(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		countingPool.Put(k)
 	}()
 	r := &k.req
-	if cerr := codec.DecodeRequest(body, r); cerr != nil {
+	if cerr := decodeChatBody(body, r); cerr != nil {
 		return cerr
 	}
 	if r.Model == "auto" {

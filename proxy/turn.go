@@ -65,7 +65,7 @@ func (ch *Chat) Complete(p *hotpath.Principal, body []byte, requestID, route str
 // they are written, so a refusal names the field then, not at run time.
 func (ch *Chat) Check(p *hotpath.Principal, body []byte) *codec.Error {
 	var req codec.ChatRequest
-	if cerr := codec.DecodeRequest(body, &req); cerr != nil {
+	if cerr := decodeChatBody(body, &req); cerr != nil {
 		return cerr
 	}
 	_, cerr := validateChat(&req, chatV1, ch.tiers, p, codec.CurrentVersion, false)

@@ -120,6 +120,23 @@ var (
 		Detail:  codec.Detail{Bound: "tools", Limit: maxTools, HasLimit: true}}
 )
 
+// decodeChatBody decodes a chat request body of any wire (the chat routes,
+// the token counts, stored eval requests). A large body is first read for
+// its tool count: more than maxTools are refused by validateChat anyway,
+// and decoding them first costs CPU and garbage in proportion to the
+// count (120,000 tools: 50 ms and 23 MiB).
+func decodeChatBody(body []byte, v any) *codec.Error {
+	if len(body) > toolScanFrom && codec.ArrayLongerThan(body, "tools", maxTools) {
+		return errTooManyTools
+	}
+	return codec.DecodeRequest(body, v)
+}
+
+// toolScanFrom is the body size from which decodeChatBody counts the tools
+// first: below it, even a body of nothing but tools decodes in
+// microseconds.
+const toolScanFrom = 64 << 10
+
 // smallToolCount is the most tools whose names are compared pairwise, which
 // allocates nothing; more are checked through a map, in linear time.
 const smallToolCount = 8

@@ -14,15 +14,9 @@ import (
 // wires check what is particular to their API here; validateChat then runs
 // the same rules on every wire.
 func (t *turn) decode(body []byte) *codec.Error {
-	// A large body is read for its tool count before it is decoded: more
-	// than maxTools are refused either way, and decoding them first costs
-	// CPU and garbage in proportion to the count.
-	if len(body) > toolScanFrom && codec.ArrayLongerThan(body, "tools", maxTools) {
-		return errTooManyTools
-	}
 	switch t.wire {
 	case chatAnthropic:
-		if cerr := codec.DecodeRequest(body, &t.anthropic); cerr != nil {
+		if cerr := decodeChatBody(body, &t.anthropic); cerr != nil {
 			return cerr
 		}
 		t.thinking = t.anthropic.ShowsThinking()
@@ -30,13 +24,8 @@ func (t *turn) decode(body []byte) *codec.Error {
 	case chatResponses:
 		return t.decodeResponses(body)
 	}
-	return codec.DecodeRequest(body, &t.req)
+	return decodeChatBody(body, &t.req)
 }
-
-// toolScanFrom is the body size from which decode counts the tools before
-// decoding: below it, even a body of nothing but tools decodes in
-// microseconds.
-const toolScanFrom = 64 << 10
 
 // countMessageTokens serves POST /v1/messages/count_tokens: the input
 // tokens a /v1/messages call with the same body would be billed, counted
@@ -51,7 +40,7 @@ func (ch *Chat) countMessageTokens(ctx *fasthttp.RequestCtx, c *hotpath.Call) er
 	t := acquireTurn()
 	defer releaseTurn(t)
 	t.ch, t.wire = ch, chatAnthropic
-	if cerr := codec.DecodeRequest(body, &t.anthropic); cerr != nil {
+	if cerr := decodeChatBody(body, &t.anthropic); cerr != nil {
 		return cerr
 	}
 	if cerr := t.anthropic.ToChat(&t.req, true); cerr != nil {
@@ -255,7 +244,7 @@ func (t *turn) anthropicClose() {
 
 // decodeResponses decodes a Responses API body into t.req.
 func (t *turn) decodeResponses(body []byte) *codec.Error {
-	if cerr := codec.DecodeRequest(body, &t.responses); cerr != nil {
+	if cerr := decodeChatBody(body, &t.responses); cerr != nil {
 		return cerr
 	}
 	return t.responses.ToChat(&t.req)
