@@ -24,12 +24,7 @@ func journalRows(t *testing.T, path string) journalScan {
 	return sc
 }
 
-func journals(t *testing.T, dir string) []string {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(dir, journalPattern))
-	require.NoError(t, err)
-	return paths
-}
+func journals(t *testing.T, dir string) []string { return filesIn(t, dir, journalPattern) }
 
 // leaveJournal copies l's journal as it stands to a name of a process that
 // is gone: what a SIGKILL at this moment would leave behind.

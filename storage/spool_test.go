@@ -54,12 +54,15 @@ func readAll(t *testing.T, s *spool) []ledgerRow {
 	return out
 }
 
-func segments(t *testing.T, dir string) []string {
+// filesIn lists the files of dir whose names match pattern.
+func filesIn(t *testing.T, dir, pattern string) []string {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(dir, spoolPattern))
+	paths, err := filepath.Glob(filepath.Join(dir, pattern))
 	require.NoError(t, err)
 	return paths
 }
+
+func segments(t *testing.T, dir string) []string { return filesIn(t, dir, spoolPattern) }
 
 func requestIDs(rows []ledgerRow) []string {
 	ids := make([]string, len(rows))
