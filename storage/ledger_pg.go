@@ -109,19 +109,18 @@ func (w *pgRowWriter) encode(rows []ledgerRow) [][]byte {
 			return append(binary.BigEndian.AppendUint32(b, 16), id[:]...)
 		}
 	}
-	textCol := func(i int, empty bool) func([]byte, *ledgerRow) []byte {
+	// textCol stores an empty text as null, or as '' when keepEmpty.
+	textCol := func(i int, keepEmpty bool) func([]byte, *ledgerRow) []byte {
 		return func(b []byte, r *ledgerRow) []byte {
 			t := r.textBytes(i)
-			if len(t) == 0 && !empty {
+			if len(t) == 0 && !keepEmpty {
 				return appendNull(b)
 			}
 			return appendText(b, t)
 		}
 	}
 	int8Col := func(v func(r *ledgerRow) int64) func([]byte, *ledgerRow) []byte {
-		return func(b []byte, r *ledgerRow) []byte {
-			return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(b, 8), uint64(v(r)))
-		}
+		return func(b []byte, r *ledgerRow) []byte { return appendInt8(b, v(r)) }
 	}
 	boolCol := func(flag uint8) func([]byte, *ledgerRow) []byte {
 		return func(b []byte, r *ledgerRow) []byte {
@@ -160,7 +159,7 @@ func (w *pgRowWriter) encode(rows []ledgerRow) [][]byte {
 		if r.ttftUS == 0 {
 			return appendNull(b)
 		}
-		return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(b, 8), uint64(r.ttftUS))
+		return appendInt8(b, r.ttftUS)
 	})
 	w.buf = b
 	start := 0
@@ -191,6 +190,7 @@ func appendArray(b []byte, elemOID uint32, rows []ledgerRow, elem func(b []byte,
 	for i := range rows {
 		at := len(b)
 		b = elem(b, &rows[i])
+		// An element starts with its length, -1 for null.
 		nulls = nulls || int32(binary.BigEndian.Uint32(b[at:])) == -1
 	}
 	if nulls {
@@ -200,6 +200,11 @@ func appendArray(b []byte, elemOID uint32, rows []ledgerRow, elem func(b []byte,
 }
 
 func appendNull(b []byte) []byte { return binary.BigEndian.AppendUint32(b, math.MaxUint32) }
+
+// appendInt8 appends v as an int8 element: its length, then its bytes.
+func appendInt8(b []byte, v int64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(b, 8), uint64(v))
+}
 
 // appendText appends t as a text element, made valid UTF-8 without NUL
 // bytes (as cleanText does) when it is not already.
