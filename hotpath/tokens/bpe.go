@@ -14,7 +14,7 @@ type bpe struct {
 	// pairs is the rank of every two-byte token, -1 where a pair is not
 	// one, indexed by the two bytes: a merge first looks up every adjacent
 	// pair of its piece, and a 256 KiB table answers from the cache where
-	// the 200,000-entry map misses it (BenchmarkLongRun: 280 KiB of one
+	// the 8 MiB rank table misses it (BenchmarkLongRun: 280 KiB of one
 	// letter 32 → 23 ms; of random letters, whose merges go on to longer
 	// parts, within the noise).
 	pairs *[1 << 16]int32
@@ -42,8 +42,6 @@ type scratch struct {
 	cuts  []int32 // the merge's result: where each final part begins
 	// lookups counts the rank lookups of merges: the work the tests bound.
 	lookups int
-	// sinceYield is the text counted since the count last read the clock.
-	sinceYield int
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}

@@ -185,7 +185,10 @@ func isSpace(c byte) bool {
 // soon as the sum passes limit or stop is set (then the result is limit+1).
 func countText(e *bpe, n int, text string, limit int, stop *atomic.Bool) int {
 	s := scratchPool.Get().(*scratch)
-	var mark time.Time // when the count last made way, read every clockEvery bytes
+	var (
+		mark  time.Time // when the count last made way
+		since int       // bytes counted since the clock was last read
+	)
 	for len(text) > 0 && n <= limit {
 		if stop != nil && stop.Load() {
 			n = limit + 1
@@ -194,12 +197,11 @@ func countText(e *bpe, n int, text string, limit int, stop *atomic.Bool) int {
 		k := cutAt(text)
 		n += e.count(text[:k], s)
 		text = text[k:]
-		if s.sinceYield += k; s.sinceYield >= clockEvery {
-			s.sinceYield = 0
+		if since += k; since >= clockEvery {
+			since = 0
 			mark = makeWay(mark)
 		}
 	}
-	s.sinceYield = 0
 	scratchPool.Put(s)
 	return n
 }
