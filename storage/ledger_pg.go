@@ -30,8 +30,9 @@ on conflict (row_id) do nothing`
 // columns itself, in PostgreSQL's binary array format, into one buffer
 // reused from batch to batch: pgx's general encoding of 21 slices (a plan
 // looked up per parameter, reflection over the UUID, text and nullable
-// slices) was a tenth of the gateway's CPU under load. It is used by the
-// writer goroutine only.
+// slices) took 2% of the gateway's CPU under load in one profile, up to 10%
+// in another; this encoding costs 0.4 µs a row and allocates nothing. It
+// is used by the writer goroutine only.
 type pgRowWriter struct {
 	db     *DB
 	buf    []byte
