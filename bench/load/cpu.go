@@ -158,8 +158,21 @@ type procMeter struct {
 	broken bool          // a reading failed: no figures
 }
 
+// read takes one reading of the meter's process: with its descendants,
+// or, for a process measured alone, of it only.
+func (m *procMeter) read() (ProcUsage, error) {
+	if !m.proc.Alone {
+		return ReadProcTree(m.proc.PID)
+	}
+	s, err := ReadProcStat(m.proc.PID)
+	if err != nil {
+		return ProcUsage{}, err
+	}
+	return ProcUsage{CPU: s.CPU(), RSS: s.RSSPages * int64(os.Getpagesize()), Processes: 1}, nil
+}
+
 func (m *procMeter) begin() {
-	u, err := ReadProcTree(m.proc.PID)
+	u, err := m.read()
 	m.start, m.began = u, err == nil
 	if err != nil {
 		m.broken = true
@@ -171,7 +184,7 @@ func (m *procMeter) end() {
 		return
 	}
 	m.began = false
-	u, err := ReadProcTree(m.proc.PID)
+	u, err := m.read()
 	if err != nil {
 		m.broken = true
 		return

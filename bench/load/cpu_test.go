@@ -75,6 +75,36 @@ func TestReadProcTree(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 }
 
+// A process measured alone leaves its children out, as the load
+// generator must: its children are the targets it compares, measured on
+// their own rows.
+func TestProcMeterAlone(t *testing.T) {
+	needProc(t)
+	alone := &procMeter{proc: Proc{Name: "load generator", PID: os.Getpid(), Alone: true}}
+	tree := &procMeter{proc: Proc{Name: "with children", PID: os.Getpid()}}
+	alone.begin()
+	tree.begin()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), spinEnv+"=1")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	require.Eventually(t, func() bool {
+		s, err := ReadProcStat(cmd.Process.Pid)
+		// /proc counts in 10 ms ticks, split between user and system time.
+		return err == nil && s.CPU() >= spinCPU-20*time.Millisecond
+	}, time.Minute, 10*time.Millisecond, "the child spins")
+	alone.end()
+	tree.end()
+	require.False(t, alone.broken || tree.broken)
+	require.Equal(t, 1, alone.last.Processes)
+	require.Equal(t, 2, tree.last.Processes)
+	require.GreaterOrEqual(t, tree.cpu-alone.cpu, spinCPU-60*time.Millisecond,
+		"the tree counts the child's spin, the process alone does not")
+}
+
 // A target with a process carries its CPU time over the measured window
 // and its memory at the end; one without carries none, not zeros.
 func TestCompareReportsCPU(t *testing.T) {

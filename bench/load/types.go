@@ -175,6 +175,9 @@ type Proc struct {
 	// Own marks the target's own process (the proxy or gateway measured);
 	// the others are processes it drives, shown beside it.
 	Own bool
+	// Alone measures the process without its descendants: the load
+	// generator, whose children are the targets it compares.
+	Alone bool
 }
 
 // ProcCost is what one process (with its descendants) cost over a

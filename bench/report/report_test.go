@@ -908,7 +908,12 @@ func TestCPUReport(t *testing.T) {
 	require.Equal(t, []string{"gateway", "gateway*", "10", "2.50s", "2.50s", "39.1ms", "50.0", "MiB", "1"}, row(t, cpu, "gateway"))
 	require.Equal(t, []string{"simulator", "11", "1.00s", "1.00s", "15.6ms", "20.0", "MiB", "1"}, row(t, cpu, "simulator"))
 	require.Equal(t, []string{"refproxy", "nginx*", "12", "800ms", "800ms", "12.5ms", "8.00", "MiB", "2"}, row(t, cpu, "refproxy"))
+	require.Equal(t, []string{"all", "3.50s", "3.50s", "54.7ms", "70.0", "MiB", "2"}, row(t, cpu, "all"),
+		"a target of two processes has their sum")
+	require.Len(t, cpu, 7, "heads, direct, gateway, simulator, all, refproxy (one process: no sum), note")
 	require.Contains(t, cpu[len(cpu)-1], "/proc/PID/stat")
+	require.Equal(t, []string{"target", "throughput", "ratio"}, strings.Fields(textSection(t, b.String(), "THROUGHPUT")[0]),
+		"no cpu ratio when the baseline has no CPU measured")
 
 	var j bytes.Buffer
 	require.NoError(t, WriteJSON(&j, c))
@@ -932,6 +937,20 @@ func TestCPUReport(t *testing.T) {
 	require.Contains(t, page, `<h2 id="cpu">CPU and memory</h2>`)
 	require.Contains(t, page, "<tr><td>gateway</td><td>gateway*</td><td>10</td><td>2.50s</td><td>2.50s</td><td>39.1ms</td><td>50.0 MiB</td><td>1</td></tr>")
 	require.Contains(t, page, "<tr><td>direct</td><td>-</td>")
+
+	// With the baseline measured, the throughput table has the ratio its
+	// CPU per request predicts: direct 0.5 s per 1,000, gateway 3.5 s,
+	// nginx 0.8 s.
+	c.Results[0].CPU = []load.ProcCost{{Name: "simulator", PID: 11, Own: true, CPU: 500 * time.Millisecond,
+		PerKRequests: 0.5, RSS: 20 << 20, Processes: 1}}
+	b.Reset()
+	require.NoError(t, WriteText(&b, c))
+	through := textSection(t, b.String(), "THROUGHPUT")
+	require.Equal(t, []string{"target", "throughput", "ratio", "cpu", "ratio"}, strings.Fields(through[0]))
+	require.Equal(t, "baseline", row(t, through, "direct")[4])
+	require.Equal(t, "0.143", row(t, through, "gateway")[4])
+	require.Equal(t, "0.625", row(t, through, "refproxy")[4])
+	require.Contains(t, through[len(through)-1], "cpu ratio: ")
 
 	// Without any process measured, no section at all.
 	c = exactComparison(t)

@@ -237,16 +237,35 @@ func writeOverhead(b *strings.Builder, d *document) {
 
 	section(b, fmt.Sprintf("THROUGHPUT vs %s (target / %s)", d.Baseline, d.Baseline))
 	var r table
-	r.add("target", "throughput", "ratio")
-	r.add(d.Targets[0].Name, formatRate(d.Targets[0].Throughput)+" rps", "baseline")
+	base, measured := cpuPerRequest(d.Targets[0])
+	if measured {
+		r.add("target", "throughput", "ratio", "cpu ratio")
+		r.add(d.Targets[0].Name, formatRate(d.Targets[0].Throughput)+" rps", "baseline", "baseline")
+	} else {
+		r.add("target", "throughput", "ratio")
+		r.add(d.Targets[0].Name, formatRate(d.Targets[0].Throughput)+" rps", "baseline")
+	}
 	for i, o := range d.Overheads {
 		ratio := "-"
 		if d.Targets[0].Throughput > 0 {
 			ratio = strconv.FormatFloat(o.ThroughputRatio, 'f', 3, 64)
 		}
-		r.add(o.Target, formatRate(d.Targets[i+1].Throughput)+" rps", ratio)
+		row := []string{o.Target, formatRate(d.Targets[i+1].Throughput) + " rps", ratio}
+		if measured {
+			cpu := "-"
+			if own, ok := cpuPerRequest(d.Targets[i+1]); ok {
+				cpu = strconv.FormatFloat(base/own, 'f', 3, 64)
+			}
+			row = append(row, cpu)
+		}
+		r.add(row...)
 	}
 	r.write(b, "")
+	if measured {
+		b.WriteString("cpu ratio: the baseline's CPU per request over the target's, every measured process summed " +
+			"(the \"all\" rows below): the throughput ratio a run bound by the machine's CPU shows, " +
+			"when the targets, the simulator, the load generator and the database share its cores\n")
+	}
 }
 
 func writeViolations(b *strings.Builder, d *document) {
@@ -465,14 +484,57 @@ func cpuRows(d *document) [][]string {
 			rows = append(rows, []string{name, proc, strconv.Itoa(c.PID),
 				formatMicros(micros(c.CPU)), perReq, perFrames, formatBytes(c.RSS), strconv.Itoa(c.Processes)})
 		}
+		if len(x.CPU) > 1 {
+			rows = append(rows, totalRow(x))
+		}
 	}
 	return rows
+}
+
+// totalRow sums a target's processes: what the machine spent on its
+// measured window, everything measured included.
+func totalRow(x *targetDoc) []string {
+	var (
+		cpu       time.Duration
+		perReq    float64
+		perFrames float64
+		rss       int64
+		procs     int
+	)
+	for _, c := range x.CPU {
+		cpu += c.CPU
+		perReq += c.PerKRequests
+		perFrames += c.PerKFrames
+		rss += c.RSS
+		procs += c.Processes
+	}
+	req, frames := "-", "-"
+	if x.Completed > 0 {
+		req = formatMicros(perReq * 1e6)
+	}
+	if x.Frames > 0 {
+		frames = formatMicros(perFrames * 1e6)
+	}
+	return []string{"", "all", "", formatMicros(micros(cpu)), req, frames, formatBytes(rss), strconv.Itoa(procs)}
+}
+
+// cpuPerRequest is the CPU seconds per 1,000 requests of every process
+// measured beside x, and false when x has none or completed nothing.
+func cpuPerRequest(x *targetDoc) (float64, bool) {
+	if len(x.CPU) == 0 || x.Completed == 0 {
+		return 0, false
+	}
+	sum := 0.0
+	for _, c := range x.CPU {
+		sum += c.PerKRequests
+	}
+	return sum, sum > 0
 }
 
 // cpuNote explains the CPU table.
 const cpuNote = "cpu: user+system time from the start of the measured window (every round) to its last request's end, " +
 	"from /proc/PID/stat in 10 ms ticks, " +
-	"each process with its descendants; * the target's own process; per 1k req: per 1,000 completed requests, " +
+	"each process with its descendants (the load generator without them: they are the targets); * the target's own process; all: the sum; per 1k req: per 1,000 completed requests, " +
 	"per 1k frames: per 1,000 stream frames received; rss: resident memory at the end of the target's last round"
 
 func writeCPU(b *strings.Builder, d *document) {

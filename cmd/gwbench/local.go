@@ -97,7 +97,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	nginx := fs.String("nginx", "auto", "also compare nginx as a reverse proxy: auto (when installed), on or off")
 	fs.StringVar(&targetList, "targets", strings.Join(localTargets, ","),
 		"comma-separated targets to compare among "+strings.Join(localTargets, ", ")+"; the first is the baseline (nginx only as --nginx allows)")
-	fs.Var(&pids, "pid", pidUsage+"; the processes local starts are measured without it (PostgreSQL: --pid postgres=PID of its postmaster)")
+	fs.Var(&pids, "pid", pidUsage+"; the processes local starts, the load generator and a PostgreSQL on this machine are measured without it")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -114,6 +114,11 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if dbURL == "" {
 		return usagef("--database-url (or DATABASE_URL) is required: `make bench` starts a private PostgreSQL")
+	}
+	if !slices.ContainsFunc(procs, func(p load.Proc) bool { return p.Name == "postgres" }) {
+		if pg, ok := localPostgres(ctx, dbURL); ok {
+			procs = append(procs, pg)
+		}
 	}
 	out := c.outDir("local")
 	if err := os.MkdirAll(out, 0o755); err != nil {

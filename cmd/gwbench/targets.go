@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strconv"
 	"strings"
 
@@ -115,6 +116,12 @@ func attachProcs(targets []load.Target, procs []load.Proc) {
 			if !names[p.Name] {
 				add(p)
 			}
+		}
+		// The load generator shares the machine with what it measures:
+		// beside the rest, its own CPU (its children are the targets)
+		// completes what the run cost the machine.
+		if len(t.Procs) > 0 {
+			add(load.Proc{Name: "load generator", PID: os.Getpid(), Alone: true})
 		}
 		// The target's own processes first.
 		own := t.Procs[:0:0]

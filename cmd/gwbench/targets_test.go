@@ -55,12 +55,19 @@ func TestAttachProcs(t *testing.T) {
 		{Name: "none"},
 	}
 	attachProcs(targets, procs)
-	shared := []load.Proc{{Name: "postgres", PID: 20}, {Name: "simulator", PID: 40}}
-	require.Equal(t, []load.Proc{{Name: "simulator", PID: 40, Own: true}, {Name: "postgres", PID: 20}}, targets[0].Procs,
+	// The load generator, this process without its children, is beside
+	// every target that has a process measured.
+	loadgen := load.Proc{Name: "load generator", PID: os.Getpid(), Alone: true}
+	shared := []load.Proc{{Name: "postgres", PID: 20}, {Name: "simulator", PID: 40}, loadgen}
+	require.Equal(t, []load.Proc{{Name: "simulator", PID: 40, Own: true}, {Name: "postgres", PID: 20}, loadgen}, targets[0].Procs,
 		"the simulator once, as direct's own")
 	require.Equal(t, append([]load.Proc{{Name: "peer", PID: 30, Own: true}}, shared...), targets[1].Procs)
 	require.Equal(t, append([]load.Proc{{Name: "gateway", PID: 10, Own: true}}, shared...), targets[2].Procs)
 	require.Equal(t, shared, targets[3].Procs)
+
+	bare := []load.Target{{Name: "bare"}}
+	attachProcs(bare, nil)
+	require.Empty(t, bare[0].Procs, "nothing measured: not the load generator alone either")
 
 	for _, bad := range []string{"gateway", "gateway=", "=1", "gateway=0", "gateway=x"} {
 		_, err := parsePIDs([]string{bad})
