@@ -98,6 +98,7 @@ type Chat struct {
 	// shutdown no longer sees them, so Drain waits for them.
 	streams sync.WaitGroup
 	open    atomic.Int64 // streams open now, for the gauge
+	workers *workers     // run owned streams and the requests after them
 	// serveConn serves the requests that follow a complete stream on its
 	// connection (the server's ServeConn); nil, or closing set, closes the
 	// connection instead.
@@ -142,7 +143,7 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		}
 		cfg.Memory.defaults()
 	}
-	ch := &Chat{cfg: cfg, tiers: cfg.Tiers, gate: hotpath.NewGate(cfg.MaxInFlight), quietEvery: cfg.KeepAliveInterval,
+	ch := &Chat{cfg: cfg, tiers: cfg.Tiers, gate: hotpath.NewGate(cfg.MaxInFlight), quietEvery: cfg.KeepAliveInterval, workers: newWorkers(),
 		watch: newDepartures()}
 	if ch.quietEvery == 0 {
 		ch.quietEvery = 15 * time.Second
@@ -320,6 +321,12 @@ type turn struct {
 	// request, pipelined), given back with the connection.
 	ahead     []byte
 	delivered []byte // raw content delivered and not yet counted
+	// The arguments of an owned stream's next half on its worker
+	// (openJob, writeJob).
+	jconn net.Conn
+	jreq  *fasthttp.Request
+	jhead *fasthttp.Response
+	jresp *fasthttp.Response
 	// folded counts the delivered text handed to the background counter
 	// (see deliver); folds are its counts still under way.
 	folded atomic.Int64

@@ -319,7 +319,11 @@ type keptConn struct {
 	ahead   []byte
 	idle    time.Duration
 	started bool
+	serve   func(net.Conn) error // serves the connection's next requests
 }
+
+// run serves the connection's next requests, on a worker.
+func (c *keptConn) run() { _ = c.serve(c) }
 
 func (c *keptConn) Read(p []byte) (int, error) {
 	if len(c.ahead) > 0 {

@@ -52,11 +52,33 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 			conn, t.ahead = takeOver(conn, t.ahead[:0], scratch[:])
 			scratchPool.Put(scratch)
 			ch.watch.add(t, conn)
-			go t.open(conn, req, head, true)
+			t.jconn, t.jreq, t.jhead = conn, req, head
+			ch.workers.Go((*openJob)(t))
 			return
 		}
 		t.open(conn, req, head, false)
 	})
+}
+
+// openJob and writeJob run an owned stream's two halves on a worker:
+// the upstream call, then the frames. Their arguments wait in the turn.
+type (
+	openJob  turn
+	writeJob turn
+)
+
+func (j *openJob) run() {
+	t := (*turn)(j)
+	conn, req, head := t.jconn, t.jreq, t.jhead
+	t.jconn, t.jreq, t.jhead = nil, nil, nil
+	t.open(conn, req, head, true)
+}
+
+func (j *writeJob) run() {
+	t := (*turn)(j)
+	conn, resp := t.jconn, t.jresp
+	t.jconn, t.jresp = nil, nil
+	t.write(conn, resp, true)
 }
 
 // scratchSize is the buffer a stream reads its connection's buffered bytes
@@ -113,9 +135,11 @@ func (t *turn) open(conn net.Conn, req *fasthttp.Request, head *fasthttp.Respons
 	t.mark = len(t.out) // the head goes out with the first frame
 	t.beginFrame()
 	if owned {
-		// The frames run on a fresh goroutine: this one's stack grew in
-		// the upstream call, and an open stream would keep it.
-		go t.write(conn, resp, true)
+		// The frames run on another worker: this one's stack grew deep in
+		// the upstream call, and an open stream would keep it; a worker
+		// that ran frames before has the stack frames need.
+		t.jconn, t.jresp = conn, resp
+		t.ch.workers.Go((*writeJob)(t))
 		return
 	}
 	t.write(conn, resp, false)
@@ -214,7 +238,7 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 	if owned && !keep {
 		_ = conn.Close()
 	} else if keep {
-		kc := &keptConn{Conn: conn, idle: ch.idle}
+		kc := &keptConn{Conn: conn, idle: ch.idle, serve: ch.serveConn}
 		if len(t.ahead) > 0 {
 			kc.ahead = append([]byte(nil), t.ahead...)
 		}
@@ -245,7 +269,7 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 		fasthttp.ReleaseResponse(resp)
 	}
 	if keep && handoff.Stop() {
-		go func() { _ = ch.serveConn(next) }()
+		ch.workers.Go(next.(*keptConn))
 	}
 	ch.open.Add(-1)
 	ch.streams.Done()
