@@ -20,8 +20,11 @@ type job interface{ run() }
 // of goroutines behind it. The collector shrinks the stack of a worker
 // that waits with little of it in use.
 type workers struct {
-	jobs chan job // unbuffered: a send succeeds only when a worker waits
-	idle atomic.Int32
+	jobs    chan job // unbuffered: a send succeeds only when a worker waits
+	idle    atomic.Int32 // workers waiting for a job
+	live    atomic.Int32 // workers running or waiting
+	idleFor time.Duration
+	maxIdle int32
 }
 
 const (
@@ -29,29 +32,33 @@ const (
 	maxIdleWorkers = 1024
 )
 
-func newWorkers() *workers { return &workers{jobs: make(chan job)} }
+func newWorkers() *workers {
+	return &workers{jobs: make(chan job), idleFor: workerIdleFor, maxIdle: maxIdleWorkers}
+}
 
 // Go runs j on a waiting worker, or on a new one when none waits.
 func (w *workers) Go(j job) {
 	select {
 	case w.jobs <- j:
 	default:
+		w.live.Add(1)
 		go w.work(j)
 	}
 }
 
 func (w *workers) work(j job) {
+	defer w.live.Add(-1)
 	var wait *time.Timer
 	for {
 		j.run()
-		if w.idle.Add(1) > maxIdleWorkers {
+		if w.idle.Add(1) > w.maxIdle {
 			w.idle.Add(-1)
 			return
 		}
 		if wait == nil {
-			wait = time.NewTimer(workerIdleFor)
+			wait = time.NewTimer(w.idleFor)
 		} else {
-			wait.Reset(workerIdleFor)
+			wait.Reset(w.idleFor)
 		}
 		select {
 		case j = <-w.jobs:
