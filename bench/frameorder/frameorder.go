@@ -72,6 +72,8 @@ func (w Wire) String() string {
 		return "openai"
 	case OpenAIUsage:
 		return "openai+usage"
+	case Upstream:
+		return "upstream"
 	case Anthropic:
 		return "anthropic"
 	case Responses:
@@ -179,7 +181,7 @@ func (c *Checker) Reset(w Wire) {
 func (c *Checker) Event(ev codec.SSEEvent) {
 	c.out.Frames++
 	switch c.wire {
-	case V1, OpenAI, OpenAIUsage:
+	case V1, OpenAI, OpenAIUsage, Upstream:
 		c.chunkEvent(ev)
 	case V2:
 		c.v2Event(ev)
@@ -217,7 +219,7 @@ func (c *Checker) End() Outcome {
 		default:
 			c.out.Failed = true
 		}
-	case OpenAI, OpenAIUsage:
+	case OpenAI, OpenAIUsage, Upstream:
 		if c.state != stEnded {
 			c.violateEnd("the stream ended without [DONE] or an error frame (silent truncation)")
 		}
@@ -375,7 +377,8 @@ func (c *Checker) chunkEvent(ev codec.SSEEvent) {
 		c.violate("the data is neither [DONE] nor a JSON chat.completion.chunk")
 		return
 	}
-	if f.reasoning || ch.Reasoning != nil {
+	reasoning := f.reasoning || ch.Reasoning != nil
+	if reasoning && c.wire != Upstream {
 		c.violate("reasoning_content on a chunk wire")
 	}
 	if f.err != nil {
@@ -394,7 +397,7 @@ func (c *Checker) chunkEvent(ev codec.SSEEvent) {
 	case ch.HasUsage || ch.NoChoices:
 		c.usageFrame(&f)
 	default:
-		c.deltaFrame()
+		c.deltaFrame(reasoning && c.wire == Upstream)
 	}
 }
 
@@ -459,7 +462,9 @@ func (c *Checker) primer(f *fields) {
 	}
 }
 
-func (c *Checker) deltaFrame() {
+// deltaFrame checks a delta; thinking says it carries an upstream's
+// reasoning_content, which may stand alone.
+func (c *Checker) deltaFrame(thinking bool) {
 	ch := &c.chunk
 	c.expectBody()
 	if c.state >= stFinished {
@@ -468,7 +473,7 @@ func (c *Checker) deltaFrame() {
 	switch {
 	case ch.Content != nil && ch.ToolCalls != nil:
 		c.violate("a delta carries both content and tool_calls")
-	case ch.Content == nil && ch.ToolCalls == nil:
+	case ch.Content == nil && ch.ToolCalls == nil && !thinking:
 		c.violate("a delta carries neither content nor tool_calls")
 	}
 	if ch.Content != nil {
@@ -517,7 +522,7 @@ func (c *Checker) usageFrame(f *fields) {
 		c.violate("the usage frame's choices is not an empty array")
 	case !ch.HasUsage:
 		c.violate("a frame with empty choices and no usage")
-	case !isObject(member(f.usage, "cost")):
+	case !isObject(member(f.usage, "cost")) && c.wire != Upstream:
 		c.violate("the usage frame's usage has no cost object")
 	}
 }
@@ -530,7 +535,7 @@ func (c *Checker) done() {
 	case stBody:
 		c.violate("[DONE] before the finish frame")
 	case stFinished:
-		if c.wire != OpenAI {
+		if c.wire != OpenAI && c.wire != Upstream {
 			c.violate("[DONE] without a usage frame")
 		}
 	}

@@ -249,6 +249,11 @@ func TestValidStreams(t *testing.T) {
 		{"openai event: message", OpenAI, events(ev("message", primer), ev("message", finish), ev("message", done)), Outcome{Complete: true, Frames: 3}},
 		{"crlf and comments", OpenAI, []byte(": keep-alive\r\ndata: " + primer + "\r\n\r\n:\r\ndata: " + finish + "\r\n\r\ndata: [DONE]\r\n\r\n"),
 			Outcome{Complete: true, Frames: 3}},
+		{"upstream with reasoning and a usage frame without cost", Upstream,
+			sse(primer, replace(hello, `"content":"Hello"`, `"reasoning_content":"hmm"`), hello, finish,
+				replace(usage, `,"cost":{"tier":"mira","amount":0.000001,"currency":"USD"}`, ""), done),
+			Outcome{Complete: true, Frames: 6, Content: 1}},
+		{"upstream without usage", Upstream, sse(primer, hello, finish, done), Outcome{Complete: true, Frames: 4, Content: 1}},
 		{"v2 text", V2, events(ev("start", v2StartData), ev("reasoning", v2Think), ev("delta", v2Hello), ev("finish", v2Finish)),
 			Outcome{Complete: true, Frames: 4, Content: 1, Reasoning: 1}},
 		{"v2 tools", V2, events(ev("start", v2StartData), ev("delta", v2Tool), ev("finish", replace(v2Finish, "stop", "tool_calls"))),
@@ -272,6 +277,10 @@ func TestViolations(t *testing.T) {
 		want string // the whole violation
 	}{
 		// chunk wires
+		{"upstream: a frame after [DONE]", Upstream, sse(primer, hello, finish, done, hello), "frame 5: a frame after [DONE]"},
+		{"upstream: truncated", Upstream, sse(primer, hello), "after frame 2: the stream ended without [DONE] or an error frame (silent truncation)"},
+		{"upstream: an empty delta", Upstream, sse(primer, replace(hello, `"content":"Hello"`, ""), finish, done),
+			"frame 2: a delta carries neither content nor tool_calls"},
 		{"missing primer", V1, sse(hello, finish, usage, done), "frame 1: the first frame is not the role primer"},
 		{"missing primer openai", OpenAI, sse(finish, done), "frame 1: the first frame is not the role primer"},
 		{"gw on the openai route", OpenAI, sse(primer1, hello, finish, done), "frame 1: a gw block on the OpenAI route"},
@@ -438,6 +447,7 @@ func TestWireNames(t *testing.T) {
 	for w, want := range map[Wire][2]string{
 		V1: {"v1", "/api/v1/chat"}, V2: {"v2", "/api/v2/chat"},
 		OpenAI: {"openai", "/v1/chat/completions"}, OpenAIUsage: {"openai+usage", "/v1/chat/completions"},
+		Upstream: {"upstream", "/v1/chat/completions"},
 	} {
 		require.Equal(t, want[0], w.String())
 		require.Equal(t, want[1], w.Path())

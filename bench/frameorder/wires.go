@@ -31,9 +31,19 @@ import "github.com/edgegw/gateway/codec"
 // response.incomplete (no item open; the response's status completed or
 // incomplete; usage an object) or, for a failure, response.failed (status
 // failed, an error with code and message); nothing after it.
+//
+// Upstream. An upstream's own POST /v1/chat/completions stream, as the
+// reference proxy relays it: the OpenAI chunk rules, except that a chunk
+// may carry reasoning_content (the upstream's thinking, which the gateway
+// keeps off its OpenAI route) and the usage frame, present when the
+// request asked for it, needs no cost (an upstream bills in tokens). The
+// load generator checks it so that every target's streams cost the
+// client the same per frame: on shared cores a check run for one target
+// only takes its CPU from that target's throughput.
 const (
 	Anthropic Wire = iota + OpenAIUsage + 1 // POST /v1/messages
 	Responses                               // POST /v1/responses
+	Upstream                                // an upstream's POST /v1/chat/completions
 )
 
 // Anthropic states.

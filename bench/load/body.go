@@ -208,8 +208,9 @@ func sortedKeys[K ~string](m map[K]float64) []K {
 }
 
 // checkerWire is the frame-order grammar a stream of wire w follows, or 0
-// when it is not checked: non-streams, and the upstream's plain stream
-// (whose chunks may carry reasoning_content and no cost).
+// when it is not checked (non-streams). The upstream's plain stream is
+// checked with its own, looser grammar (frameorder.Upstream), so that the
+// load generator spends the same per frame on every target.
 func checkerWire(sc *Scenario, w Wire) frameorder.Wire {
 	if !sc.Stream {
 		return 0
@@ -228,6 +229,8 @@ func checkerWire(sc *Scenario, w Wire) frameorder.Wire {
 		return frameorder.Anthropic
 	case WireResponses:
 		return frameorder.Responses
+	case WireUpstream:
+		return frameorder.Upstream
 	}
 	return 0
 }

@@ -35,7 +35,7 @@ func TestBuildVariants(t *testing.T) {
 	paths := map[Wire]string{
 		WireV1: "/api/v1/chat", WireV2: "/api/v2/chat", WireOpenAI: "/v1/chat/completions", WireUpstream: "/v1/chat/completions",
 	}
-	checks := map[Wire]frameorder.Wire{WireV1: frameorder.V1, WireV2: frameorder.V2, WireOpenAI: frameorder.OpenAIUsage, WireUpstream: 0}
+	checks := map[Wire]frameorder.Wire{WireV1: frameorder.V1, WireV2: frameorder.V2, WireOpenAI: frameorder.OpenAIUsage, WireUpstream: frameorder.Upstream}
 	for _, v := range vs {
 		require.Equal(t, "http://127.0.0.1:8080/base"+paths[v.wire], v.uri)
 		require.Equal(t, checks[v.wire], v.check)
