@@ -63,12 +63,7 @@ func TestReadProcStatSelf(t *testing.T) {
 // started.
 func TestReadProcTree(t *testing.T) {
 	needProc(t)
-	cmd := exec.Command("sh", "-c", "sleep 30 & sleep 30 & wait")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	cmd := startChild(t, exec.Command("sh", "-c", "sleep 30 & sleep 30 & wait"))
 	require.Eventually(t, func() bool {
 		u, err := ReadProcTree(cmd.Process.Pid)
 		return err == nil && u.Processes == 3 && u.RSS > 0
@@ -84,13 +79,7 @@ func TestProcMeterAlone(t *testing.T) {
 	tree := &procMeter{proc: Proc{Name: "with children", PID: os.Getpid()}}
 	alone.begin()
 	tree.begin()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), spinEnv+"=1")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	cmd := startSpinner(t)
 	require.Eventually(t, func() bool {
 		s, err := ReadProcStat(cmd.Process.Pid)
 		// /proc counts in 10 ms ticks, split between user and system time.
@@ -189,13 +178,7 @@ func TestCPUWindowExcludesWarmup(t *testing.T) {
 	base := serve(t, (&arrivals{}).handler("x"))
 	// A child spins through the warm-up, long enough on any machine for
 	// its CPU time to be spent, and the window finds it asleep.
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), spinEnv+"=1")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	cmd := startSpinner(t)
 	sc := quick(t, Scenario{Concurrency: 1, Warmup: 4 * time.Second, Duration: 300 * time.Millisecond})
 	res, err := Run(context.Background(), sc, Target{Name: "t", BaseURL: base, PID: cmd.Process.Pid}, Options{})
 	require.NoError(t, err)
@@ -204,6 +187,26 @@ func TestCPUWindowExcludesWarmup(t *testing.T) {
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, whole.CPU, spinCPU-20*time.Millisecond, "the child spun during the warm-up")
 	require.LessOrEqual(t, res.CPU[0].CPU, 50*time.Millisecond, "and the window did not count it")
+}
+
+// startChild starts cmd and kills it when the test ends.
+func startChild(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// startSpinner starts this test binary as a child that spends spinCPU of
+// CPU time and then sleeps (TestMain).
+func startSpinner(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), spinEnv+"=1")
+	return startChild(t, cmd)
 }
 
 // needProc stops a test that reads /proc where there is none. Under CI,
