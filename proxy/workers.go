@@ -20,7 +20,7 @@ type job interface{ run() }
 // of goroutines behind it. The collector shrinks the stack of a worker
 // that waits with little of it in use.
 type workers struct {
-	jobs    chan job // unbuffered: a send succeeds only when a worker waits
+	jobs    chan job     // unbuffered: a send succeeds only when a worker waits
 	idle    atomic.Int32 // workers waiting for a job
 	live    atomic.Int32 // workers running or waiting
 	idleFor time.Duration
