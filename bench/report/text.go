@@ -473,49 +473,41 @@ func cpuRows(d *document) [][]string {
 			if c.Own {
 				proc += "*"
 			}
-			perFrames := "-"
-			if x.Frames > 0 {
-				perFrames = formatMicros(c.PerKFrames * 1e6)
-			}
-			perReq := "-"
-			if x.Completed > 0 {
-				perReq = formatMicros(c.PerKRequests * 1e6)
-			}
-			rows = append(rows, []string{name, proc, strconv.Itoa(c.PID),
-				formatMicros(micros(c.CPU)), perReq, perFrames, formatBytes(c.RSS), strconv.Itoa(c.Processes)})
+			rows = append(rows, procRow(x, name, proc, strconv.Itoa(c.PID), c))
 		}
 		if len(x.CPU) > 1 {
-			rows = append(rows, totalRow(x))
+			// What the machine spent on the target's window, everything
+			// measured included.
+			rows = append(rows, procRow(x, "", "all", "", sumCPU(x)))
 		}
 	}
 	return rows
 }
 
-// totalRow sums a target's processes: what the machine spent on its
-// measured window, everything measured included.
-func totalRow(x *targetDoc) []string {
-	var (
-		cpu       time.Duration
-		perReq    float64
-		perFrames float64
-		rss       int64
-		procs     int
-	)
-	for _, c := range x.CPU {
-		cpu += c.CPU
-		perReq += c.PerKRequests
-		perFrames += c.PerKFrames
-		rss += c.RSS
-		procs += c.Processes
-	}
-	req, frames := "-", "-"
+// procRow is one row of the CPU table: c's figures for target x, a dash
+// for a per-request or per-frame figure x has nothing to divide by.
+func procRow(x *targetDoc, name, proc, pid string, c load.ProcCost) []string {
+	perReq, perFrames := "-", "-"
 	if x.Completed > 0 {
-		req = formatMicros(perReq * 1e6)
+		perReq = formatMicros(c.PerKRequests * 1e6)
 	}
 	if x.Frames > 0 {
-		frames = formatMicros(perFrames * 1e6)
+		perFrames = formatMicros(c.PerKFrames * 1e6)
 	}
-	return []string{"", "all", "", formatMicros(micros(cpu)), req, frames, formatBytes(rss), strconv.Itoa(procs)}
+	return []string{name, proc, pid, formatMicros(micros(c.CPU)), perReq, perFrames, formatBytes(c.RSS), strconv.Itoa(c.Processes)}
+}
+
+// sumCPU adds up the processes measured with x.
+func sumCPU(x *targetDoc) load.ProcCost {
+	var s load.ProcCost
+	for _, c := range x.CPU {
+		s.CPU += c.CPU
+		s.PerKRequests += c.PerKRequests
+		s.PerKFrames += c.PerKFrames
+		s.RSS += c.RSS
+		s.Processes += c.Processes
+	}
+	return s
 }
 
 // cpuPerRequest is the CPU seconds per 1,000 requests of every process
@@ -524,10 +516,7 @@ func cpuPerRequest(x *targetDoc) (float64, bool) {
 	if len(x.CPU) == 0 || x.Completed == 0 {
 		return 0, false
 	}
-	sum := 0.0
-	for _, c := range x.CPU {
-		sum += c.PerKRequests
-	}
+	sum := sumCPU(x).PerKRequests
 	return sum, sum > 0
 }
 
