@@ -406,6 +406,8 @@ type turn struct {
 	// it went out.
 	chunked, lastConn, last, lastSent bool
 	mark                              int
+	// settled says the budgets are settled and the slots given back.
+	settled bool
 	// batch says t.out holds frames not yet written (after beginFrame);
 	// firstPending says they include the first after the primer, whose
 	// write is the time to first token.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -250,6 +251,42 @@ func TestConcurrencyCeiling(t *testing.T) {
 	require.Equal(t, 200, (<-done).status)
 	require.Equal(t, 0, f.chat.gate.InFlight())
 	require.Equal(t, 200, f.post(t, "/api/v1/chat", `{"model":"mira","messages":[{"role":"user","content":"x"}]}`).status)
+}
+
+// lastWriteConn records the gateway's in-flight count at the moment it
+// writes a stream's last chunk to the client.
+type lastWriteConn struct {
+	net.Conn
+	inFlight func() int
+	seen     *atomic.Int64 // -1 until a last chunk is written
+}
+
+func (c *lastWriteConn) Write(p []byte) (int, error) {
+	if bytes.HasSuffix(p, []byte("\r\n0\r\n\r\n")) {
+		c.seen.Store(int64(c.inFlight()))
+	}
+	return c.Conn.Write(p)
+}
+
+// A stream gives its slot back before its last bytes go out: a client that
+// sends its next request the moment it has read a stream's end is never
+// refused for the concurrency that stream held.
+func TestStreamSlotFreeBeforeLastByte(t *testing.T) {
+	var f *chatFixture
+	var seen atomic.Int64
+	seen.Store(-1)
+	f = newChatFixture(t, func(o *fixtureOptions) {
+		o.maxInFlight = 1
+		o.clientConn = func(c net.Conn) net.Conn {
+			return &lastWriteConn{Conn: c, inFlight: func() int { return f.chat.gate.InFlight() }, seen: &seen}
+		}
+	})
+	for i := 0; i < 3; i++ {
+		seen.Store(-1)
+		r := f.post(t, "/api/v1/chat", `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x [[sim:tokens=5]]"}]}`)
+		require.Equal(t, 200, r.status)
+		require.Equal(t, int64(0), seen.Load(), "in flight when the last chunk went out")
+	}
 }
 
 func TestNonStreamDeadline(t *testing.T) {

@@ -247,12 +247,11 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 	if t.sspan != nil {
 		t.endStream(status, cerr, complete)
 	}
-	t.finishAdmission()
+	t.settle()
 	c := t.hcall
 	t.account(&c.Usage)
 	c.Ender.End(c, status, cerr)
 	releaseTurn(t)
-	ch.gate.Release()
 	// The stream's slots are free. The client's next request is served
 	// once the upstream connection is back in the pool (its next stream
 	// then skips a dial), or after drainWait if the end of the upstream's
@@ -806,8 +805,8 @@ func (t *turn) flush(w *clientWriter) bool {
 	return true
 }
 
-// recordBeforeLast writes the stream's ledger row before its last bytes
-// go out: a client never holds a complete answer whose row a crash could
+// recordBeforeLast writes the stream's ledger row, and settles the stream,
+// before its last bytes go out: a client never holds a complete answer whose row a crash could
 // still lose (docs/ledger.md). The row's status is what the client is
 // being answered; a client that leaves during this last write is counted
 // and logged as gone (499) but its row keeps that status: the answer was
@@ -825,6 +824,22 @@ func (t *turn) recordBeforeLast(status int, cerr *codec.Error) {
 	}
 	t.account(&c.Usage)
 	c.Ender.Record(c, status, cerr)
+	t.settle()
+}
+
+// settle settles the stream's budgets and gives its concurrency slots back,
+// once: before its last bytes go out when it ends well-formed, otherwise
+// when it ends. A client that sends its next request as soon as it has
+// read the last byte of this one's answer then finds its slot free, as it
+// does after a non-streaming answer, whose slots come back before the
+// edge writes it.
+func (t *turn) settle() {
+	if t.settled {
+		return
+	}
+	t.settled = true
+	t.finishAdmission()
+	t.ch.gate.Release()
 }
 
 // isTimeout reports a deadline or idle bound that passed, whatever the
