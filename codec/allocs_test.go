@@ -30,7 +30,7 @@ func TestZeroAllocs(t *testing.T) {
 		{"ParseVersion", func() { _, _ = ParseVersion(version) }},
 		{"Version.AppendTo", func() { dst = CurrentVersion.AppendTo(dst[:0]) }},
 		{"ValidRequestID", func() { _ = ValidRequestID(rid) }},
-		{"AppendUUID", func() { dst = AppendUUID(dst[:0], 1, 2) }},
+		{"AppendUUIDv7", func() { dst = AppendUUIDv7(dst[:0], 1, 2, 3) }},
 		{"ParseBearer", func() { _, _ = ParseBearer(bearer) }},
 		{"LookupCode", func() { _, _ = LookupCode("upstream_timeout") }},
 		{"Code methods", func() {

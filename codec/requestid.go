@@ -31,13 +31,15 @@ func ValidRequestID(b []byte) bool {
 	return true
 }
 
-// AppendUUID appends a lowercase RFC 9562 version 4 UUID built from the 128
-// random bits hi (the first eight bytes) and lo (the last eight) to dst, in
-// the 36-character form xxxxxxxx-xxxx-4xxx-Vxxx-xxxxxxxxxxxx. The version
-// and variant bits of hi and lo are overwritten, leaving 122 random bits.
-func AppendUUID(dst []byte, hi, lo uint64) []byte {
-	hi = hi&^(0xf<<12) | 0x4<<12 // version 4: high nibble of byte 6
-	lo = lo&^(0x3<<62) | 0x2<<62 // variant 10xx: top bits of byte 8
+// AppendUUIDv7 appends a lowercase RFC 9562 version 7 UUID to dst, in the
+// 36-character form xxxxxxxx-xxxx-7xxx-Vxxx-xxxxxxxxxxxx: the 48 low bits
+// of unixMilli, then 74 bits taken from the random hi and lo (the low 12
+// bits of hi, the low 62 of lo; the version and variant bits overwrite the
+// rest). Ids minted later sort later, as text and as bytes, so an index of
+// them grows at its right edge instead of at a random page.
+func AppendUUIDv7(dst []byte, unixMilli int64, hi, lo uint64) []byte {
+	hi = uint64(unixMilli)<<16 | 0x7<<12 | hi&0x0fff // version 7: high nibble of byte 6
+	lo = lo&^(0x3<<62) | 0x2<<62                     // variant 10xx: top bits of byte 8
 
 	n := len(dst)
 	dst = slices.Grow(dst, UUIDLen)[:n+UUIDLen]

@@ -51,12 +51,12 @@ func FuzzValidRequestID(f *testing.F) {
 	})
 }
 
-// checkUUIDv4 is a hand-written check of the 8-4-4-4-12 lowercase form with
-// version 4 and variant 10xx.
-func checkUUIDv4(t *testing.T, s string) {
+// checkUUIDv7 is a hand-written check of the 8-4-4-4-12 lowercase form with
+// version 7 and variant 10xx.
+func checkUUIDv7(t *testing.T, s string) {
 	t.Helper()
 	require.Len(t, s, 36)
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		c := s[i]
 		switch i {
 		case 8, 13, 18, 23:
@@ -65,32 +65,34 @@ func checkUUIDv4(t *testing.T, s string) {
 			require.Truef(t, c >= '0' && c <= '9' || c >= 'a' && c <= 'f', "byte %d of %q", i, s)
 		}
 	}
-	require.Equal(t, byte('4'), s[14], "version of %q", s)
+	require.Equal(t, byte('7'), s[14], "version of %q", s)
 	require.Contains(t, "89ab", string(s[19]), "variant of %q", s)
 }
 
-func TestAppendUUID(t *testing.T) {
+func TestAppendUUIDv7(t *testing.T) {
 	tests := []struct {
 		name   string
+		ms     int64
 		hi, lo uint64
 		want   string
 	}{
-		{"zero", 0, 0, "00000000-0000-4000-8000-000000000000"},
-		{"ones", math.MaxUint64, math.MaxUint64, "ffffffff-ffff-4fff-bfff-ffffffffffff"},
-		{"pattern", 0x0123456789abcdef, 0xfedcba9876543210, "01234567-89ab-4def-bedc-ba9876543210"},
-		{"rfc 9562 example bits", 0x919108f752d133a0, 0x2ee4ad1b9b1b4c11, "919108f7-52d1-43a0-aee4-ad1b9b1b4c11"},
+		{"zero", 0, 0, 0, "00000000-0000-7000-8000-000000000000"},
+		{"ones", 1<<48 - 1, math.MaxUint64, math.MaxUint64, "ffffffff-ffff-7fff-bfff-ffffffffffff"},
+		{"only 48 bits of time", 1<<48 | 5, 0, 0, "00000000-0005-7000-8000-000000000000"},
+		// RFC 9562, appendix A.6: 2022-02-22 19:22:22 UTC.
+		{"rfc 9562 example", 0x017f22e279b0, 0xcc3, 0x18c4dc0c0c07398f, "017f22e2-79b0-7cc3-98c4-dc0c0c07398f"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := AppendUUID([]byte("id="), tt.hi, tt.lo)
+			got := AppendUUIDv7([]byte("id="), tt.ms, tt.hi, tt.lo)
 			require.Equal(t, "id="+tt.want, string(got))
-			checkUUIDv4(t, string(got[3:]))
+			checkUUIDv7(t, string(got[3:]))
 			require.True(t, ValidRequestID(got[3:]))
 		})
 	}
 }
 
-func TestAppendUUIDRandomBits(t *testing.T) {
+func TestAppendUUIDv7RandomBitsAndOrder(t *testing.T) {
 	x := uint64(0x9e3779b97f4a7c15)
 	next := func() uint64 { // splitmix64
 		x += 0x9e3779b97f4a7c15
@@ -100,28 +102,14 @@ func TestAppendUUIDRandomBits(t *testing.T) {
 		return z ^ z>>31
 	}
 	seen := make(map[string]bool)
-	for range 1000 {
-		s := string(AppendUUID(nil, next(), next()))
-		checkUUIDv4(t, s)
+	prev, ms := "", int64(1_700_000_000_000)
+	for i := range 1000 {
+		ms += int64(1 + i%3) // a later millisecond each time
+		s := string(AppendUUIDv7(nil, ms, next(), next()))
+		checkUUIDv7(t, s)
 		require.False(t, seen[s])
 		seen[s] = true
-	}
-}
-
-func BenchmarkValidRequestID(b *testing.B) {
-	id := []byte("0f8fad5b-d9cb-469f-a165-70867728950e")
-	b.ReportAllocs()
-	for b.Loop() {
-		if !ValidRequestID(id) {
-			b.Fatal("rejected")
-		}
-	}
-}
-
-func BenchmarkAppendUUID(b *testing.B) {
-	b.ReportAllocs()
-	dst := make([]byte, 0, UUIDLen)
-	for b.Loop() {
-		dst = AppendUUID(dst[:0], 0x0123456789abcdef, 0xfedcba9876543210)
+		require.Less(t, prev, s, "an id minted later sorts later")
+		prev = s
 	}
 }

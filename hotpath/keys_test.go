@@ -287,8 +287,9 @@ func BenchmarkVerifyUserHit(b *testing.B) {
 
 func BenchmarkAppendRequestID(b *testing.B) {
 	buf := make([]byte, 0, 64)
+	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = AppendRequestID(buf[:0])
+		buf = AppendRequestID(buf[:0], now)
 	}
 }

@@ -753,7 +753,7 @@ func abandon(claim hotpath.Claim) {
 func (t *turn) newCompletionID() []byte {
 	b := append(t.idBuf[:0], t.wire.idPrefix()...)
 	var raw [36]byte
-	id := hotpath.AppendRequestID(raw[:0])
+	id := hotpath.AppendRequestID(raw[:0], t.start)
 	for _, c := range id {
 		if c != '-' {
 			b = append(b, c)

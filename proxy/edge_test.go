@@ -123,7 +123,7 @@ func (f *edgeFixture) do(t *testing.T, method, path string, headers ...string) r
 	return r
 }
 
-var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 func requireEnvelope(t *testing.T, r reply, status int, code string) {
 	t.Helper()

@@ -227,7 +227,7 @@ func hasField(raw []byte, name string) bool {
 // connection after it.
 func (e *Edge) refuse(ctx *fasthttp.RequestCtx, cerr *codec.Error, close bool) {
 	var id [36]byte
-	rid := hotpath.AppendRequestID(id[:0])
+	rid := hotpath.AppendRequestID(id[:0], time.Now())
 	ctx.Response.Header.SetBytesV(headerRequestID, rid)
 	var v [10]byte
 	ctx.Response.Header.SetBytesV(HeaderVersion, codec.CurrentVersion.AppendTo(v[:0]))
