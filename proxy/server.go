@@ -85,8 +85,12 @@ const requestLineRoom = 32
 // than both limits together is refused before its path can be read. A kept
 // connection keeps its buffer while idle, as the reference proxy's does:
 // releasing it between requests (ReduceMemoryUsage) costs a system call per
-// request, about 8% of the gateway's CPU on non-streaming traffic. Streams
-// give theirs back when they take their connection over.
+// request, about 8% of the gateway's CPU on non-streaming traffic. A stream
+// leaves its buffer to the collector when it takes its connection over
+// (the server does not take a hijacked connection's buffer back), and the
+// connection's next request is read into a new one: releasing buffers
+// between requests to spare that measured no gain on 24-token streams
+// either (docs/performance.md).
 func NewServer(cfg ServerConfig, rt *Router, chat *Chat) *fasthttp.Server {
 	cfg.defaults()
 	e := rt.edge
