@@ -31,16 +31,23 @@ func ValidRequestID(b []byte) bool {
 	return true
 }
 
-// AppendUUIDv7 appends a lowercase RFC 9562 version 7 UUID to dst, in the
-// 36-character form xxxxxxxx-xxxx-7xxx-Vxxx-xxxxxxxxxxxx: the 48 low bits
-// of unixMilli, then 74 bits taken from the random hi and lo (the low 12
-// bits of hi, the low 62 of lo; the version and variant bits overwrite the
-// rest). Ids minted later sort later, as text and as bytes, so an index of
-// them grows at its right edge instead of at a random page.
-func AppendUUIDv7(dst []byte, unixMilli int64, hi, lo uint64) []byte {
+// UUIDv7 returns the two halves of an RFC 9562 version 7 UUID, first eight
+// bytes then last eight: the 48 low bits of unixMilli, then 74 bits taken
+// from the random hi and lo (the low 12 bits of hi, the low 62 of lo; the
+// version and variant bits overwrite the rest). Ids minted later sort
+// later, as text and as bytes, so an index of them grows at its right edge
+// instead of at a random page.
+func UUIDv7(unixMilli int64, hi, lo uint64) (uint64, uint64) {
 	hi = uint64(unixMilli)<<16 | 0x7<<12 | hi&0x0fff // version 7: high nibble of byte 6
 	lo = lo&^(0x3<<62) | 0x2<<62                     // variant 10xx: top bits of byte 8
+	return hi, lo
+}
 
+// AppendUUIDv7 appends the version 7 UUID UUIDv7 makes of unixMilli, hi
+// and lo to dst, lowercase, in the 36-character form
+// xxxxxxxx-xxxx-7xxx-Vxxx-xxxxxxxxxxxx.
+func AppendUUIDv7(dst []byte, unixMilli int64, hi, lo uint64) []byte {
+	hi, lo = UUIDv7(unixMilli, hi, lo)
 	n := len(dst)
 	dst = slices.Grow(dst, UUIDLen)[:n+UUIDLen]
 	b := dst[n:]

@@ -166,14 +166,10 @@ func clampInt32(v int) int32 {
 	return int32(v)
 }
 
-// newRowID mints a version-7 UUID: 48 bits of Unix milliseconds, then 74
-// random bits. Time-ordered ids keep the primary key's inserts at the right
-// edge of its index.
+// newRowID mints a version-7 UUID (codec.UUIDv7): time-ordered ids keep
+// the primary key's inserts at the right edge of its index.
 func newRowID(unixMilli int64) (id [16]byte) {
-	hi, lo := rand.Uint64(), rand.Uint64()
-	ms := uint64(unixMilli) & (1<<48 - 1)
-	hi = ms<<16 | 0x7<<12 | hi&0x0fff
-	lo = lo&^(0x3<<62) | 0x2<<62
+	hi, lo := codec.UUIDv7(unixMilli, rand.Uint64(), rand.Uint64())
 	binary.BigEndian.PutUint64(id[:8], hi)
 	binary.BigEndian.PutUint64(id[8:], lo)
 	return id
