@@ -321,11 +321,11 @@ type turn struct {
 	// request, pipelined), given back with the connection.
 	ahead     []byte
 	delivered []byte // raw content delivered and not yet counted
-	// The arguments of an owned stream's next half on its worker
-	// (openJob, writeJob).
+	// The arguments of an owned stream's next half on its worker: the
+	// connection, the upstream request and the response head (openJob),
+	// then the connection and the upstream's response (writeJob).
 	jconn net.Conn
 	jreq  *fasthttp.Request
-	jhead *fasthttp.Response
 	jresp *fasthttp.Response
 	// folded counts the delivered text handed to the background counter
 	// (see deliver); folds are its counts still under way.
@@ -521,9 +521,8 @@ func (ch *Chat) serveTurn(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire chatWi
 			return
 		}
 		t.account(&c.Usage)
-		t.finishAdmission()
+		t.settle()
 		releaseTurn(t)
-		ch.gate.Release()
 	}()
 	streaming, err = t.prepare(ctx, c)
 	if err != nil && !t.rateShown {
@@ -565,8 +564,22 @@ func (t *turn) account(r *hotpath.UsageRecord) {
 	r.TTFTUS = t.ttft.Microseconds()
 }
 
+// settle settles the turn's budgets and gives its concurrency slots back,
+// once. A non-streaming answer settles before the edge writes it; a stream
+// before its last bytes go out when it ends well-formed (recordBeforeLast),
+// otherwise when it ends. A client that sends its next request as soon as
+// it has read the last byte of an answer then finds its slot free.
+func (t *turn) settle() {
+	if t.settled {
+		return
+	}
+	t.settled = true
+	t.finishAdmission()
+	t.ch.gate.Release()
+}
+
 // finishAdmission settles the turn's budgets to what it really cost and gives its
-// concurrency slot back. Every ending passes here exactly once.
+// concurrency slot back. Every ending passes here exactly once (settle).
 func (t *turn) finishAdmission() {
 	l := t.ch.cfg.Limits
 	if l == nil {

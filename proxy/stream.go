@@ -52,7 +52,7 @@ func (t *turn) openStream(ctx *fasthttp.RequestCtx, req *fasthttp.Request, c *ho
 			conn, t.ahead = takeOver(conn, t.ahead[:0], scratch[:])
 			scratchPool.Put(scratch)
 			ch.watch.add(t, conn)
-			t.jconn, t.jreq, t.jhead = conn, req, head
+			t.jconn, t.jreq, t.jresp = conn, req, head
 			ch.workers.Go((*openJob)(t))
 			return
 		}
@@ -69,8 +69,8 @@ type (
 
 func (j *openJob) run() {
 	t := (*turn)(j)
-	conn, req, head := t.jconn, t.jreq, t.jhead
-	t.jconn, t.jreq, t.jhead = nil, nil, nil
+	conn, req, head := t.jconn, t.jreq, t.jresp
+	t.jconn, t.jreq, t.jresp = nil, nil, nil
 	t.open(conn, req, head, true)
 }
 
@@ -806,12 +806,13 @@ func (t *turn) flush(w *clientWriter) bool {
 }
 
 // recordBeforeLast writes the stream's ledger row, and settles the stream,
-// before its last bytes go out: a client never holds a complete answer whose row a crash could
-// still lose (docs/ledger.md). The row's status is what the client is
-// being answered; a client that leaves during this last write is counted
-// and logged as gone (499) but its row keeps that status: the answer was
-// complete when it left the gateway. Its duration runs to this moment, and
-// a first content token going out in this same write is stamped now.
+// before its last bytes go out: a client never holds a complete answer
+// whose row a crash could still lose (docs/ledger.md), nor one whose slot
+// is still taken. The row's status is what the client is being answered;
+// a client that leaves during this last write is counted and logged as
+// gone (499) but its row keeps that status: the answer was complete when
+// it left the gateway. Its duration runs to this moment, and a first
+// content token going out in this same write is stamped now.
 func (t *turn) recordBeforeLast(status int, cerr *codec.Error) {
 	c := t.hcall
 	if c == nil || c.Recorded {
@@ -825,21 +826,6 @@ func (t *turn) recordBeforeLast(status int, cerr *codec.Error) {
 	t.account(&c.Usage)
 	c.Ender.Record(c, status, cerr)
 	t.settle()
-}
-
-// settle settles the stream's budgets and gives its concurrency slots back,
-// once: before its last bytes go out when it ends well-formed, otherwise
-// when it ends. A client that sends its next request as soon as it has
-// read the last byte of this one's answer then finds its slot free, as it
-// does after a non-streaming answer, whose slots come back before the
-// edge writes it.
-func (t *turn) settle() {
-	if t.settled {
-		return
-	}
-	t.settled = true
-	t.finishAdmission()
-	t.ch.gate.Release()
 }
 
 // isTimeout reports a deadline or idle bound that passed, whatever the
