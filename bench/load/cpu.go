@@ -30,6 +30,9 @@ type ProcStat struct {
 // CPU returns the process's own user and system time.
 func (s *ProcStat) CPU() time.Duration { return ticks(s.UTime + s.STime) }
 
+// RSS is the process's resident memory in bytes.
+func (s *ProcStat) RSS() int64 { return s.RSSPages * int64(os.Getpagesize()) }
+
 func ticks(n uint64) time.Duration { return time.Duration(n) * (time.Second / clockTicks) }
 
 var errShortStat = errors.New("short stat line")
@@ -112,7 +115,7 @@ func ReadProcTree(pid int) (ProcUsage, error) {
 	u := ProcUsage{Processes: 1}
 	add := func(s *ProcStat) {
 		u.CPU += ticks(s.UTime + s.STime + s.CUTime + s.CSTime)
-		u.RSS += s.RSSPages * int64(os.Getpagesize())
+		u.RSS += s.RSS()
 	}
 	add(&root)
 	entries, err := os.ReadDir("/proc")
@@ -168,7 +171,7 @@ func (m *procMeter) read() (ProcUsage, error) {
 	if err != nil {
 		return ProcUsage{}, err
 	}
-	return ProcUsage{CPU: s.CPU(), RSS: s.RSSPages * int64(os.Getpagesize()), Processes: 1}, nil
+	return ProcUsage{CPU: s.CPU(), RSS: s.RSS(), Processes: 1}, nil
 }
 
 func (m *procMeter) begin() {

@@ -238,13 +238,13 @@ func writeOverhead(b *strings.Builder, d *document) {
 	section(b, fmt.Sprintf("THROUGHPUT vs %s (target / %s)", d.Baseline, d.Baseline))
 	var r table
 	base, measured := cpuPerRequest(d.Targets[0])
+	head := []string{"target", "throughput", "ratio"}
+	first := []string{d.Targets[0].Name, formatRate(d.Targets[0].Throughput) + " rps", "baseline"}
 	if measured {
-		r.add("target", "throughput", "ratio", "cpu ratio")
-		r.add(d.Targets[0].Name, formatRate(d.Targets[0].Throughput)+" rps", "baseline", "baseline")
-	} else {
-		r.add("target", "throughput", "ratio")
-		r.add(d.Targets[0].Name, formatRate(d.Targets[0].Throughput)+" rps", "baseline")
+		head, first = append(head, "cpu ratio"), append(first, "baseline")
 	}
+	r.add(head...)
+	r.add(first...)
 	for i, o := range d.Overheads {
 		ratio := "-"
 		if d.Targets[0].Throughput > 0 {
