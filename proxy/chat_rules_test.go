@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/hotpath/tokens"
 )
 
@@ -253,40 +256,70 @@ func TestConcurrencyCeiling(t *testing.T) {
 	require.Equal(t, 200, f.post(t, "/api/v1/chat", `{"model":"mira","messages":[{"role":"user","content":"x"}]}`).status)
 }
 
-// lastWriteConn records the gateway's in-flight count at the moment it
-// writes a stream's last chunk to the client.
+// lastWriteConn calls atLast at the moment the gateway writes a stream's
+// last chunk to the client, before the client can read it.
 type lastWriteConn struct {
 	net.Conn
-	inFlight func() int
-	seen     *atomic.Int64 // -1 until a last chunk is written
+	atLast func()
 }
 
 func (c *lastWriteConn) Write(p []byte) (int, error) {
 	if bytes.HasSuffix(p, []byte("\r\n0\r\n\r\n")) {
-		c.seen.Store(int64(c.inFlight()))
+		c.atLast()
 	}
 	return c.Conn.Write(p)
 }
 
-// A stream gives its slot back before its last bytes go out: a client that
+// A stream gives its slots back before its last bytes go out: a client that
 // sends its next request the moment it has read a stream's end is never
-// refused for the concurrency that stream held.
+// refused for the concurrency that stream held — the gateway's ceiling,
+// or its key's max_concurrent_requests.
 func TestStreamSlotFreeBeforeLastByte(t *testing.T) {
-	var f *chatFixture
-	var seen atomic.Int64
-	seen.Store(-1)
-	f = newChatFixture(t, func(o *fixtureOptions) {
-		o.maxInFlight = 1
-		o.clientConn = func(c net.Conn) net.Conn {
-			return &lastWriteConn{Conn: c, inFlight: func() int { return f.chat.gate.InFlight() }, seen: &seen}
+	const stream = `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x [[sim:tokens=5]]"}]}`
+	t.Run("the gateway's ceiling", func(t *testing.T) {
+		var f *chatFixture
+		var seen atomic.Int64
+		f = newChatFixture(t, func(o *fixtureOptions) {
+			o.maxInFlight = 1
+			o.clientConn = func(c net.Conn) net.Conn {
+				return &lastWriteConn{Conn: c, atLast: func() { seen.Store(int64(f.chat.gate.InFlight())) }}
+			}
+		})
+		for range 3 {
+			seen.Store(-1)
+			r := f.post(t, "/api/v1/chat", stream)
+			require.Equal(t, 200, r.status)
+			require.Equal(t, int64(0), seen.Load(), "in flight when the last chunk went out")
 		}
 	})
-	for i := 0; i < 3; i++ {
-		seen.Store(-1)
-		r := f.post(t, "/api/v1/chat", `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x [[sim:tokens=5]]"}]}`)
-		require.Equal(t, 200, r.status)
-		require.Equal(t, int64(0), seen.Load(), "in flight when the last chunk went out")
-	}
+	t.Run("the key's concurrency", func(t *testing.T) {
+		l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(func(p *meter.Plan) { p.MaxConcurrent = 1 }))
+		var f *chatFixture
+		var next atomic.Int64 // the status of a request sent as the last chunk goes out
+		f = newChatFixture(t, withLimits(l, nil, uncapped()), func(o *fixtureOptions) {
+			o.clientConn = func(c net.Conn) net.Conn {
+				return &lastWriteConn{Conn: c, atLast: func() {
+					req, _ := http.NewRequest("POST", "http://gw/api/v1/chat",
+						strings.NewReader(`{"model":"mira","messages":[{"role":"user","content":"x"}]}`))
+					req.Header.Set("Authorization", "Bearer "+f.key)
+					resp, err := f.client.Do(req)
+					if err != nil {
+						next.Store(-2)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					next.Store(int64(resp.StatusCode))
+				}}
+			}
+		})
+		for range 3 {
+			next.Store(-1)
+			r := f.post(t, "/api/v1/chat", stream)
+			require.Equal(t, 200, r.status)
+			require.Equal(t, int64(200), next.Load(), "a request sent as the stream's last chunk went out")
+		}
+	})
 }
 
 func TestNonStreamDeadline(t *testing.T) {
