@@ -5,6 +5,7 @@ package proxy
 import (
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -113,3 +114,38 @@ func TestWireStreamsAllocateNothingPerFrame(t *testing.T) {
 // the chat request built from it. Measured 43 and 44 allocations per
 // stream (7 and 8 over the chat wire's 36).
 const wireRequestAllocs = 8
+
+// A connection that streams turn after turn reads each next request
+// without allocating a read buffer for it: a stream takes its connection
+// over, fasthttp keeps no taken-over connection's buffer, and the server
+// that serves the connection afterwards releases its buffer to its pool
+// between requests (NewServer). The bytes one stream allocates, the
+// in-process simulator's and the client's included, stay below one read
+// buffer (24.6 KiB at the default limits); reading each next request into
+// a new buffer would put them above it.
+func TestStreamsOnAKeptConnectionAllocateNoReadBuffer(t *testing.T) {
+	f := newChatFixture(t)
+	rc := f.dialRaw(t)
+	body := streamBody("hi [[sim:tokens=5]]")
+	stream := func() {
+		rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", body)
+		resp, _, err := rc.read(t)
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+	}
+	for range 50 {
+		stream()
+	}
+	const n = 200
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		stream()
+	}
+	runtime.ReadMemStats(&after)
+	perStream := float64(after.TotalAlloc-before.TotalAlloc) / n
+	t.Logf("bytes allocated per stream on a kept connection: %.0f", perStream)
+	var cfg ServerConfig
+	cfg.defaults()
+	require.Less(t, perStream, float64(cfg.MaxHeaderBytes+cfg.MaxURIBytes+requestLineRoom))
+}

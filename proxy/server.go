@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -82,22 +84,41 @@ const requestLineRoom = 32
 // The read buffer holds the longest request line and header block the
 // limits allow, so a request within them is always read whole and the
 // edge, which knows the path, answers one beyond them; only a head longer
-// than both limits together is refused before its path can be read. A kept
-// connection keeps its buffer while idle, as the reference proxy's does:
-// releasing it between requests (ReduceMemoryUsage) costs a system call per
-// request, about 8% of the gateway's CPU on non-streaming traffic. A stream
-// leaves its buffer to the collector when it takes its connection over
-// (the server does not take a hijacked connection's buffer back), and the
-// connection's next request is read into a new one: releasing buffers
-// between requests to spare that measured no gain on 24-token streams
-// either (docs/performance.md).
-func NewServer(cfg ServerConfig, rt *Router, chat *Chat) *fasthttp.Server {
+// than both limits together is refused before its path can be read.
+//
+// Connections are served by two fasthttp servers of the same
+// configuration. The listener's connections keep their buffers while idle,
+// as the reference proxy's do: releasing them between requests
+// (ReduceMemoryUsage) costs a system call per request, about 8% of the
+// gateway's CPU on non-streaming traffic. A stream, though, takes its
+// connection over, and fasthttp does not take a taken-over connection's
+// buffer back: on one server every stream would leave 24.6 KiB to the
+// collector and the connection's next request would allocate a new one,
+// most of the bytes the gateway allocates on short streams. So the
+// connections a stream hands back are served by the twin, which releases
+// their buffers between requests: a stream then takes its connection
+// over holding none, and an idle streaming client's connection holds none
+// either. Its price is the system call per request, on connections that
+// have streamed (docs/performance.md).
+func NewServer(cfg ServerConfig, rt *Router, chat *Chat) *Server {
 	cfg.defaults()
 	e := rt.edge
 	e.maxHeaderBytes, e.maxURIBytes, e.maxBodySize = cfg.MaxHeaderBytes, cfg.MaxURIBytes, cfg.MaxBodySize
 	e.largeBodies = cfg.LargeBodies
+	h := rt.Handler()
+	s := &Server{Server: newHTTPServer(cfg, e, h), kept: newHTTPServer(cfg, e, h)}
+	s.kept.ReduceMemoryUsage = true
+	s.keptLn.closed = make(chan struct{})
+	s.keptLn.accepting = make(chan struct{})
+	if chat != nil {
+		chat.KeepAlive(s.kept.ServeConn, cfg.IdleTimeout)
+	}
+	return s
+}
+
+func newHTTPServer(cfg ServerConfig, e *Edge, h fasthttp.RequestHandler) *fasthttp.Server {
 	s := &fasthttp.Server{
-		Handler:               rt.Handler(),
+		Handler:               h,
 		Name:                  "gateway",
 		NoDefaultServerHeader: true,
 		ReadTimeout:           cfg.ReadTimeout,
@@ -117,11 +138,76 @@ func NewServer(cfg ServerConfig, rt *Router, chat *Chat) *fasthttp.Server {
 	if len(cfg.LargeBodies) > 0 {
 		s.HeaderReceived = e.requestConfig
 	}
-	if chat != nil {
-		chat.KeepAlive(s.ServeConn, cfg.IdleTimeout)
-	}
 	return s
 }
+
+// Server is the gateway's HTTP/1.1 server (NewServer): fasthttp's server
+// for the connections it accepts, and its twin for the connections
+// streams hand back, which shuts down with it.
+type Server struct {
+	*fasthttp.Server
+	kept *fasthttp.Server
+	// keptLn is the twin's listener, which accepts nothing: fasthttp's
+	// shutdown closes only the connections of a server that is serving
+	// a listener.
+	keptLn    parkedListener
+	startKept sync.Once
+}
+
+// Serve serves the connections ln accepts until the server shuts down.
+func (s *Server) Serve(ln net.Listener) error {
+	s.startKept.Do(func() {
+		go func() { _ = s.kept.Serve(&s.keptLn) }()
+		// Serving has begun once the twin waits to accept: from then
+		// on its shutdown closes the connections it serves.
+		select {
+		case <-s.keptLn.accepting:
+		case <-s.keptLn.closed:
+		}
+	})
+	return s.Server.Serve(ln)
+}
+
+// Shutdown is ShutdownWithContext without a deadline.
+func (s *Server) Shutdown() error { return s.ShutdownWithContext(context.Background()) }
+
+// ShutdownWithContext stops both servers as fasthttp's does one: the
+// listener closes, idle connections close, and it waits, within ctx, for
+// the requests in flight.
+func (s *Server) ShutdownWithContext(ctx context.Context) error {
+	kept := make(chan error, 1)
+	go func() { kept <- s.kept.ShutdownWithContext(ctx) }()
+	err := s.Server.ShutdownWithContext(ctx)
+	if kerr := <-kept; err == nil {
+		err = kerr
+	}
+	s.keptLn.Close()
+	return err
+}
+
+// parkedListener accepts no connection; Accept waits until it is closed.
+type parkedListener struct {
+	accepting, closed chan struct{}
+	waitOnce, once    sync.Once
+}
+
+func (l *parkedListener) Accept() (net.Conn, error) {
+	l.waitOnce.Do(func() { close(l.accepting) })
+	<-l.closed
+	return nil, io.EOF
+}
+
+func (l *parkedListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *parkedListener) Addr() net.Addr { return parkedAddr{} }
+
+type parkedAddr struct{}
+
+func (parkedAddr) Network() string { return "parked" }
+func (parkedAddr) String() string  { return "parked" }
 
 // HTTP-layer refusals. Their codes are the gateway's own (the spec does
 // not list the HTTP layer's); docs/http.md lists them.

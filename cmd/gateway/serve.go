@@ -292,7 +292,7 @@ type app struct {
 	redis    rueidis.Client
 	verifier *hotpath.Verifier
 	api      *control.API
-	server   *fasthttp.Server
+	server   *proxy.Server
 	ln       net.Listener
 	admin    *http.Server
 	adminLn  net.Listener
