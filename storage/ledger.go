@@ -170,6 +170,7 @@ type ledgerMetrics struct {
 	batches, writeErrors                    *metrics.Counter
 	spooled, overflow, dropped, badIDs      *metrics.Counter
 	batchDuration                           *metrics.Histogram
+	copyConflicts                           *metrics.Counter
 }
 
 // rowWriter writes a batch of rows, skipping rows already present, and
@@ -218,7 +219,11 @@ func newLedger(db *DB, w rowWriter, cfg LedgerConfig, set *metrics.Set, log *slo
 			dropped:       set.NewCounter("gateway_ledger_rows_dropped_total"),
 			badIDs:        set.NewCounter("gateway_ledger_invalid_ids_total"),
 			batchDuration: set.NewHistogram("gateway_ledger_batch_duration_seconds"),
+			copyConflicts: set.NewCounter("gateway_ledger_copy_conflicts_total"),
 		},
+	}
+	if pw, ok := w.(*pgRowWriter); ok {
+		pw.conflicts = l.m.copyConflicts
 	}
 	if journalSupported {
 		// A slot per row the queue holds and per row of the writer's

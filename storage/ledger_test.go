@@ -120,6 +120,7 @@ func testLedgerRowsReachPostgres(t *testing.T, db *storage.DB) {
 	require.Equal(t, 1, countRows(t, db, "request_id = 'req-full' and error_code is null and ttft_us = 250000"))
 	require.Equal(t, 1, countRows(t, db, "request_id = $1", "req-\uFFFDbad\uFFFD"))
 	require.EqualValues(t, 4, l.counter("gateway_ledger_rows_written_total"))
+	require.Zero(t, l.counter("gateway_ledger_copy_conflicts_total"), "fresh rows are copied, not inserted")
 }
 
 func TestLedgerKeepsEveryRowOfARequestIDUsedTwice(t *testing.T) {
@@ -282,6 +283,24 @@ func TestLedgerReplaysTheSpoolOfACrashedProcess(t *testing.T) {
 	require.Equal(t, 1500, countRows(t, direct, "true"))
 	require.EqualValues(t, 1500, again.counter("gateway_ledger_rows_duplicate_total"))
 	require.Zero(t, again.counter("gateway_ledger_rows_replayed_total"))
+	require.Positive(t, again.counter("gateway_ledger_copy_conflicts_total"), "COPY refuses a batch of rows present")
+	require.Zero(t, next.counter("gateway_ledger_copy_conflicts_total"), "and copies a batch of new ones")
+
+	// Half of the rows present: a batch that mixes both writes the others,
+	// each once.
+	require.NoError(t, again.Close(context.Background()))
+	require.NoError(t, os.WriteFile(seg, saved, 0o600))
+	_, err = direct.Pool.Exec(context.Background(), "delete from request_log where split_part(request_id, '-', 2)::int % 2 = 0")
+	require.NoError(t, err)
+	half := openLedger(t, direct, dir)
+	flush(t, half.Ledger)
+	var rows, distinct int
+	require.NoError(t, direct.Pool.QueryRow(context.Background(),
+		"select count(*), count(distinct request_id) from request_log").Scan(&rows, &distinct))
+	require.Equal(t, [2]int{1500, 1500}, [2]int{rows, distinct})
+	require.EqualValues(t, 750, half.counter("gateway_ledger_rows_replayed_total"))
+	require.EqualValues(t, 750, half.counter("gateway_ledger_rows_duplicate_total"))
+	require.Positive(t, half.counter("gateway_ledger_copy_conflicts_total"))
 }
 
 func TestLedgerShutdownDrainsToPostgres(t *testing.T) {

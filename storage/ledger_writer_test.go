@@ -423,6 +423,21 @@ func TestLedgerEncodeAllocationBudget(t *testing.T) {
 	w := &pgRowWriter{}
 	w.encode(rows)
 	require.Zero(t, testing.AllocsPerRun(20, func() { w.encode(rows) }))
+	w.encodeCopy(rows)
+	require.Zero(t, testing.AllocsPerRun(20, func() { w.encodeCopy(rows) }))
+}
+
+// BenchmarkLedgerEncodeCopy is BenchmarkLedgerEncode for COPY's rows, the
+// form every batch is first sent in.
+func BenchmarkLedgerEncodeCopy(b *testing.B) {
+	rows := sampleBatch(500)
+	w := &pgRowWriter{}
+	w.encodeCopy(rows)
+	b.ReportAllocs()
+	for b.Loop() {
+		w.encodeCopy(rows)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(rows)), "ns/row")
 }
 
 func sampleBatch(n int) []ledgerRow {
