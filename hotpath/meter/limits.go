@@ -324,6 +324,13 @@ type Charge struct {
 	weight     int64   // the tier's pool weight, 0 when the pools are not drawn on
 	lease      Lease
 	admitted   bool
+	// What AdmitChat and FinishChat hand the counters. The counters are
+	// an interface, so what is passed to them escapes: kept here, in the
+	// request's charge, it costs no allocation per request.
+	adm    Admission
+	ws     [2]Window
+	wout   [2]WindowState
+	actual [MaxReservation]int64
 }
 
 func (ch *Charge) add(b Budget, amount int64) int8 {
@@ -475,12 +482,11 @@ func (l *Limits) PoolsLow(ctx context.Context, now time.Time, p *hotpath.Princip
 // the rate-limit headers' state, whether the request was metered (false when
 // the store failed: it is then served unmetered), and the refusal to answer.
 func (l *Limits) AdmitChat(ctx context.Context, now time.Time, p *hotpath.Principal, ch *Charge) (st RateState, metered bool, refusal *codec.Error) {
-	var ws [2]Window
-	var out [2]WindowState
-	a := Admission{Windows: l.windows(p, hotpath.RateRequests, &ws), WindowOut: out[:],
+	a, out := &ch.adm, ch.wout[:]
+	*a = Admission{Windows: l.windows(p, hotpath.RateRequests, &ch.ws), WindowOut: out,
 		LeaseKey: p.CounterKeys().Lease, LeaseLimit: l.PlanOf(p).MaxConcurrent, LeaseTenant: p.OrgID,
 		Budgets: ch.Budgets[:ch.N], Amounts: ch.Amounts[:ch.N]}
-	res, err := l.c.Admit(ctx, now, &a, &ch.Res)
+	res, err := l.c.Admit(ctx, now, a, &ch.Res)
 	if err != nil {
 		l.unmetered(err)
 		return RateState{}, false, nil
@@ -507,7 +513,8 @@ func (l *Limits) FinishChat(ch *Charge, billed bool, costPico, tokens int64) {
 		return
 	}
 	ch.admitted = false
-	var actual [MaxReservation]int64
+	actual := &ch.actual
+	*actual = [MaxReservation]int64{}
 	if billed {
 		for _, i := range ch.costIdx {
 			if i >= 0 {
@@ -524,7 +531,9 @@ func (l *Limits) FinishChat(ch *Charge, billed bool, costPico, tokens int64) {
 		}
 	}
 	if l.AsyncFinish {
-		lease, res, act, n := ch.lease, ch.Res, actual, ch.N
+		// The charge is reused once the request ends: the settlement,
+		// which runs later, gets copies.
+		lease, res, act, n := ch.lease, ch.Res, *actual, ch.N
 		l.finishing.Go(func() { l.finish(lease, &res, act[:n]) })
 		return
 	}
