@@ -101,11 +101,12 @@ func TestMemoryScopesAndResolvedView(t *testing.T) {
 	})
 
 	t.Run("personal data is dropped, never echoed", func(t *testing.T) {
-		for _, tc := range []struct{ value, category string }{
+		cases := []struct{ value, category string }{
 			{"mail me at ada@example.com", "email"},
 			{"call +44 20 7946 0958", "phone"},
 			{"card 4111 1111 1111 1111", "card"},
-		} {
+		}
+		for _, tc := range cases {
 			r := ada.do(t, "POST", "/api/v1/memories", map[string]any{"key": "contact", "value": tc.value})
 			require.Equal(t, 200, r.status, "%s", r.raw)
 			require.Equal(t, false, r.body["stored"])
@@ -117,8 +118,11 @@ func TestMemoryScopesAndResolvedView(t *testing.T) {
 		var n int
 		require.NoError(t, ta.db.Pool.QueryRow(context.Background(), `select count(*) from memories where key = 'contact'`).Scan(&n))
 		require.Zero(t, n, "nothing was stored")
-		require.NotContains(t, ta.logs.String(), "ada@example.com is")
-		require.NotContains(t, ta.logs.String(), "7946")
+		// Whole values: a bare "7946" also turns up in a request's duration.
+		for _, tc := range cases {
+			require.NotContains(t, ta.logs.String(), tc.value[5:])
+		}
+		require.NotContains(t, ta.logs.String(), "7946 0958")
 	})
 
 	t.Run("delete", func(t *testing.T) {
