@@ -43,6 +43,7 @@ type chatFixture struct {
 	verify  *hotpath.Verifier
 	addr    string // the gateway's TCP address, with tcp
 	edge    *Edge
+	srv     *Server
 }
 
 type fixtureOptions struct {
@@ -180,6 +181,7 @@ func newChatFixture(t testing.TB, opts ...func(*fixtureOptions)) *chatFixture {
 		ln = wrapListener{ln, o.clientConn}
 	}
 	srv := NewServer(o.server, rt, f.chat)
+	f.srv = srv
 	go func() { _ = srv.Serve(KeepAccepting(ln, log)) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	f.client = &http.Client{Transport: &http.Transport{

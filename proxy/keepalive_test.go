@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -288,4 +289,36 @@ func TestAPanicInAStreamsUpstreamCallIsAnswered(t *testing.T) {
 	require.Contains(t, f.logs.String(), "stream's upstream call panicked")
 	require.Eventually(t, func() bool { return f.chat.open.Load() == 0 && f.chat.gate.InFlight() == 0 },
 		2*time.Second, time.Millisecond)
+}
+
+// A connection a stream handed back is served by the server's twin
+// (NewServer), and shutdown closes it like any other idle connection: it
+// does not wait for the client to leave, and the client sees its
+// connection end. (fasthttp counts a connection it has just begun to
+// serve as idle only after five seconds, as net/http does, so this takes
+// that long.)
+func TestShutdownClosesIdleConnectionsAStreamHandedBack(t *testing.T) {
+	f := newChatFixture(t)
+	streamed, plain := f.dialRaw(t), f.dialRaw(t)
+	streamed.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", streamBody("hi [[sim:tokens=3]]"))
+	resp, _, err := streamed.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.False(t, resp.Close)
+	plain.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", `{"model":"mira","messages":[{"role":"user","content":"hi"}]}`)
+	resp, _, err = plain.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Eventually(t, func() bool { return f.chat.open.Load() == 0 }, 2*time.Second, time.Millisecond)
+	// The stream's connection reaches the twin once its upstream's end
+	// is read; wait until the twin counts it.
+	require.Eventually(t, func() bool { return f.srv.kept.GetOpenConnectionsCount() == 1 }, 2*time.Second, time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, f.srv.ShutdownWithContext(ctx))
+	for _, rc := range []*rawConn{streamed, plain} {
+		_, err := rc.br.ReadByte()
+		require.ErrorIs(t, err, io.EOF)
+	}
 }
