@@ -106,7 +106,7 @@ func NewServer(cfg ServerConfig, rt *Router, chat *Chat) *Server {
 	e.maxHeaderBytes, e.maxURIBytes, e.maxBodySize = cfg.MaxHeaderBytes, cfg.MaxURIBytes, cfg.MaxBodySize
 	e.largeBodies = cfg.LargeBodies
 	h := rt.Handler()
-	s := &Server{Server: newHTTPServer(cfg, e, h), kept: newHTTPServer(cfg, e, h)}
+	s := &Server{accepted: newHTTPServer(cfg, e, h), kept: newHTTPServer(cfg, e, h)}
 	s.kept.ReduceMemoryUsage = true
 	s.keptLn.closed = make(chan struct{})
 	s.keptLn.accepting = make(chan struct{})
@@ -143,10 +143,10 @@ func newHTTPServer(cfg ServerConfig, e *Edge, h fasthttp.RequestHandler) *fastht
 
 // Server is the gateway's HTTP/1.1 server (NewServer): fasthttp's server
 // for the connections it accepts, and its twin for the connections
-// streams hand back, which shuts down with it.
+// streams hand back. It offers only serving and shutting down, which
+// start and stop both: the twin has no listener of its own.
 type Server struct {
-	*fasthttp.Server
-	kept *fasthttp.Server
+	accepted, kept *fasthttp.Server
 	// keptLn is the twin's listener, which accepts nothing: fasthttp's
 	// shutdown closes only the connections of a server that is serving
 	// a listener.
@@ -165,7 +165,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		case <-s.keptLn.closed:
 		}
 	})
-	return s.Server.Serve(ln)
+	return s.accepted.Serve(ln)
 }
 
 // Shutdown is ShutdownWithContext without a deadline.
@@ -177,7 +177,7 @@ func (s *Server) Shutdown() error { return s.ShutdownWithContext(context.Backgro
 func (s *Server) ShutdownWithContext(ctx context.Context) error {
 	kept := make(chan error, 1)
 	go func() { kept <- s.kept.ShutdownWithContext(ctx) }()
-	err := s.Server.ShutdownWithContext(ctx)
+	err := s.accepted.ShutdownWithContext(ctx)
 	if kerr := <-kept; err == nil {
 		err = kerr
 	}
