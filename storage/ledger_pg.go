@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -18,25 +20,38 @@ import (
 )
 
 // copyRowsSQL writes one batch as COPY's binary rows. It costs PostgreSQL
-// about half the CPU per row of insertRowsSQL, whose function scan unnests
-// 21 arrays (8.5 against 15.7 µs a row in one backend, 30,000 rows of 500
-// a batch; docs/ledger.md). COPY cannot skip a row already present: a
-// batch with one fails whole, and is written again with insertRowsSQL.
-const copyRowsSQL = `copy request_log (row_id, request_id, created_at, key_id, user_id, org_id,
-    workspace_id, bucket, route, tier, status, error_code, input_tokens, output_tokens, weighted_tokens,
-    cost_pico, estimated, billed, stream, duration_us, ttft_us) from stdin (format binary)`
+// about two thirds of the CPU per row of insertRowsSQL, whose function
+// scan unnests 21 arrays (10–11 against 15–18.5 µs a row in one backend,
+// batches of 500; docs/ledger.md). COPY cannot skip a row already present:
+// a batch with one fails whole, and is written again with insertRowsSQL.
+// Both statements name the columns of ledgerFields, in its order.
+var copyRowsSQL = "copy request_log (" + ledgerColumns() + ") from stdin (format binary)"
 
 // insertRowsSQL writes one batch in one statement: each column travels as
 // one array parameter, unnest turns them back into rows, and rows whose
 // row_id is already present (a batch written twice) are skipped. It
 // writes the batches COPY refused for such a row.
-const insertRowsSQL = `insert into request_log (row_id, request_id, created_at, key_id, user_id, org_id,
-    workspace_id, bucket, route, tier, status, error_code, input_tokens, output_tokens, weighted_tokens,
-    cost_pico, estimated, billed, stream, duration_us, ttft_us)
-select * from unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::uuid[], $5::uuid[], $6::uuid[],
-    $7::uuid[], $8::text[], $9::text[], $10::text[], $11::int4[], $12::text[], $13::int8[], $14::int8[],
-    $15::int8[], $16::int8[], $17::bool[], $18::bool[], $19::bool[], $20::int8[], $21::int8[])
-on conflict (row_id) do nothing`
+var insertRowsSQL = "insert into request_log (" + ledgerColumns() + ")\nselect * from unnest(" +
+	ledgerArrayParams() + ")\non conflict (row_id) do nothing"
+
+// ledgerColumns lists the names of ledgerFields.
+func ledgerColumns() string {
+	names := make([]string, len(ledgerFields))
+	for i, f := range ledgerFields {
+		names[i] = f.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// ledgerArrayParams lists insertRowsSQL's parameters, one array of each
+// field's type: $1::uuid[], $2::text[], ...
+func ledgerArrayParams() string {
+	params := make([]string, len(ledgerFields))
+	for i, f := range ledgerFields {
+		params[i] = "$" + strconv.Itoa(i+1) + "::" + f.sqlType + "[]"
+	}
+	return strings.Join(params, ", ")
+}
 
 // pgRowWriter is the ledger's PostgreSQL writer. It encodes each batch
 // itself, in PostgreSQL's binary formats, into one buffer reused from
@@ -68,41 +83,44 @@ const (
 	oidInt8Arr, oidTstzArr, oidUUIDArr = 1016, 1185, 2951
 )
 
-// ledgerField is one column of a batch: its type, its array's type, and
-// its value in a row as a binary field — the length, -1 for null, then
-// the bytes — which is the same in COPY's rows and in an array.
+// ledgerField is one column of a batch: its name, its type (by name and
+// by OID), its array's type, and its value in a row as a binary field —
+// the length, -1 for null, then the bytes — which is the same in COPY's
+// rows and in an array.
 type ledgerField struct {
+	name, sqlType string
 	oid, arrayOID uint32
 	put           func(b []byte, r *ledgerRow) []byte
 }
 
-// ledgerFields are the columns of copyRowsSQL and insertRowsSQL, in order.
+// ledgerFields are the columns the writer sends, in order: copyRowsSQL and
+// insertRowsSQL are made from it.
 var ledgerFields = [...]ledgerField{
-	{oidUUID, oidUUIDArr, func(b []byte, r *ledgerRow) []byte {
+	{"row_id", "uuid", oidUUID, oidUUIDArr, func(b []byte, r *ledgerRow) []byte {
 		return append(binary.BigEndian.AppendUint32(b, 16), r.rowID[:]...)
 	}},
-	{oidText, oidTextArr, textField(textRequestID, true)},
-	{oidTimestamptz, oidTstzArr, int8Field(func(r *ledgerRow) int64 { return r.at - pgEpochMicros })},
-	{oidUUID, oidUUIDArr, uuidField(idKey)},
-	{oidUUID, oidUUIDArr, uuidField(idUser)},
-	{oidUUID, oidUUIDArr, uuidField(idOrg)},
-	{oidUUID, oidUUIDArr, uuidField(idWorkspace)},
-	{oidText, oidTextArr, textField(textBucket, false)},
-	{oidText, oidTextArr, textField(textRoute, true)},
-	{oidText, oidTextArr, textField(textTier, false)},
-	{oidInt4, oidInt4Arr, func(b []byte, r *ledgerRow) []byte {
+	{"request_id", "text", oidText, oidTextArr, textField(textRequestID, true)},
+	{"created_at", "timestamptz", oidTimestamptz, oidTstzArr, int8Field(func(r *ledgerRow) int64 { return r.at - pgEpochMicros })},
+	{"key_id", "uuid", oidUUID, oidUUIDArr, uuidField(idKey)},
+	{"user_id", "uuid", oidUUID, oidUUIDArr, uuidField(idUser)},
+	{"org_id", "uuid", oidUUID, oidUUIDArr, uuidField(idOrg)},
+	{"workspace_id", "uuid", oidUUID, oidUUIDArr, uuidField(idWorkspace)},
+	{"bucket", "text", oidText, oidTextArr, textField(textBucket, false)},
+	{"route", "text", oidText, oidTextArr, textField(textRoute, true)},
+	{"tier", "text", oidText, oidTextArr, textField(textTier, false)},
+	{"status", "int4", oidInt4, oidInt4Arr, func(b []byte, r *ledgerRow) []byte {
 		return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(b, 4), uint32(r.status))
 	}},
-	{oidText, oidTextArr, textField(textErrorCode, false)},
-	{oidInt8, oidInt8Arr, int8Field(func(r *ledgerRow) int64 { return r.inTok })},
-	{oidInt8, oidInt8Arr, int8Field(func(r *ledgerRow) int64 { return r.outTok })},
-	{oidInt8, oidInt8Arr, int8Field(func(r *ledgerRow) int64 { return r.wTok })},
-	{oidInt8, oidInt8Arr, int8Field(func(r *ledgerRow) int64 { return r.cost })},
-	{oidBool, oidBoolArr, boolField(flagEstimated)},
-	{oidBool, oidBoolArr, boolField(flagBilled)},
-	{oidBool, oidBoolArr, boolField(flagStream)},
-	{oidInt8, oidInt8Arr, int8Field(func(r *ledgerRow) int64 { return r.durUS })},
-	{oidInt8, oidInt8Arr, func(b []byte, r *ledgerRow) []byte {
+	{"error_code", "text", oidText, oidTextArr, textField(textErrorCode, false)},
+	{"input_tokens", "int8", oidInt8, oidInt8Arr, int8Field(func(r *ledgerRow) int64 { return r.inTok })},
+	{"output_tokens", "int8", oidInt8, oidInt8Arr, int8Field(func(r *ledgerRow) int64 { return r.outTok })},
+	{"weighted_tokens", "int8", oidInt8, oidInt8Arr, int8Field(func(r *ledgerRow) int64 { return r.wTok })},
+	{"cost_pico", "int8", oidInt8, oidInt8Arr, int8Field(func(r *ledgerRow) int64 { return r.cost })},
+	{"estimated", "bool", oidBool, oidBoolArr, boolField(flagEstimated)},
+	{"billed", "bool", oidBool, oidBoolArr, boolField(flagBilled)},
+	{"stream", "bool", oidBool, oidBoolArr, boolField(flagStream)},
+	{"duration_us", "int8", oidInt8, oidInt8Arr, int8Field(func(r *ledgerRow) int64 { return r.durUS })},
+	{"ttft_us", "int8", oidInt8, oidInt8Arr, func(b []byte, r *ledgerRow) []byte {
 		if r.ttftUS == 0 {
 			return appendNull(b)
 		}
