@@ -157,12 +157,12 @@ func TestLedgerKeepsEveryRowOfARequestIDUsedTwice(t *testing.T) {
 	require.ErrorIs(t, err, storage.ErrNotFound)
 }
 
-// databaseBehind returns a migrated database and a second handle on it
-// that reaches PostgreSQL through a relay.
-func databaseBehind(t testing.TB) (direct, relayed *storage.DB, f *storetest.Relay) {
+// databaseBehind returns a migrated database, its URL, and a second
+// handle on it that reaches PostgreSQL through a relay.
+func databaseBehind(t testing.TB) (direct, relayed *storage.DB, f *storetest.Relay, dbURL string) {
 	t.Helper()
 	ctx := context.Background()
-	dbURL := storetest.DatabaseURL(t)
+	dbURL = storetest.DatabaseURL(t)
 	direct, err := storage.Open(ctx, storage.Config{URL: dbURL})
 	require.NoError(t, err)
 	t.Cleanup(direct.Close)
@@ -175,14 +175,14 @@ func databaseBehind(t testing.TB) (direct, relayed *storage.DB, f *storetest.Rel
 	relayed, err = storage.Open(ctx, storage.Config{URL: u.String(), MaxConns: 4, ConnectTimeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(relayed.Close)
-	return direct, relayed, f
+	return direct, relayed, f, dbURL
 }
 
 // TestLedgerLosesNothingWhenPostgresIsCut records from many goroutines
 // while the connection to PostgreSQL is cut and restored, then counts:
 // every row is in PostgreSQL exactly once.
 func TestLedgerLosesNothingWhenPostgresIsCut(t *testing.T) {
-	direct, relayed, fwd := databaseBehind(t)
+	direct, relayed, fwd, _ := databaseBehind(t)
 	l := openLedger(t, relayed, t.TempDir(), func(c *storage.LedgerConfig) { c.QueueSize = 2048 })
 
 	var recorded atomic.Int64
@@ -243,9 +243,23 @@ func TestLedgerLosesNothingWhenPostgresIsCut(t *testing.T) {
 
 // TestLedgerReplaysTheSpoolOfACrashedProcess leaves a spool behind as a
 // process does that dies while PostgreSQL is away, tears its last line as a
-// crash mid-write would, and starts the next process.
+// crash mid-write would, and starts the next process: directly, and behind
+// PgBouncer, where the insert that skips rows already present cannot be a
+// prepared statement.
 func TestLedgerReplaysTheSpoolOfACrashedProcess(t *testing.T) {
-	direct, relayed, fwd := databaseBehind(t)
+	t.Run("Direct", func(t *testing.T) { testLedgerReplaysTheSpoolOfACrashedProcess(t, false) })
+	t.Run("PgBouncer", func(t *testing.T) { testLedgerReplaysTheSpoolOfACrashedProcess(t, true) })
+}
+
+func testLedgerReplaysTheSpoolOfACrashedProcess(t *testing.T, pooled bool) {
+	direct, relayed, fwd, dbURL := databaseBehind(t)
+	writer := direct // what the processes after the crash write through
+	if pooled {
+		db, err := storage.Open(context.Background(), storage.Config{URL: storetest.PgBouncerURL(t, dbURL), DirectURL: dbURL})
+		require.NoError(t, err)
+		t.Cleanup(db.Close)
+		writer = db
+	}
 	dir := t.TempDir()
 	fwd.Cut()
 	gone := openLedger(t, relayed, dir)
@@ -265,7 +279,7 @@ func TestLedgerReplaysTheSpoolOfACrashedProcess(t *testing.T) {
 	saved, err := os.ReadFile(seg)
 	require.NoError(t, err)
 
-	next := openLedger(t, direct, dir)
+	next := openLedger(t, writer, dir)
 	require.Eventually(t, func() bool { return countRows(t, direct, "true") == 1500 }, 30*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool {
 		segs, _ := filepath.Glob(filepath.Join(dir, "ledger-*.spool"))
@@ -278,7 +292,7 @@ func TestLedgerReplaysTheSpoolOfACrashedProcess(t *testing.T) {
 	// the segment leaves it behind: replaying it again writes nothing.
 	require.NoError(t, next.Close(context.Background()))
 	require.NoError(t, os.WriteFile(seg, saved, 0o600))
-	again := openLedger(t, direct, dir)
+	again := openLedger(t, writer, dir)
 	flush(t, again.Ledger)
 	require.Equal(t, 1500, countRows(t, direct, "true"))
 	require.EqualValues(t, 1500, again.counter("gateway_ledger_rows_duplicate_total"))
@@ -292,7 +306,7 @@ func TestLedgerReplaysTheSpoolOfACrashedProcess(t *testing.T) {
 	require.NoError(t, os.WriteFile(seg, saved, 0o600))
 	_, err = direct.Pool.Exec(context.Background(), "delete from request_log where split_part(request_id, '-', 2)::int % 2 = 0")
 	require.NoError(t, err)
-	half := openLedger(t, direct, dir)
+	half := openLedger(t, writer, dir)
 	flush(t, half.Ledger)
 	var rows, distinct int
 	require.NoError(t, direct.Pool.QueryRow(context.Background(),
