@@ -148,5 +148,5 @@ func TestStreamsOnAKeptConnectionAllocateNoReadBuffer(t *testing.T) {
 	t.Logf("bytes allocated per stream on a kept connection: %.0f", perStream)
 	var cfg ServerConfig
 	cfg.defaults()
-	require.Less(t, perStream, float64(cfg.MaxHeaderBytes+cfg.MaxURIBytes+requestLineRoom))
+	require.Less(t, perStream, float64(cfg.readBufferSize()))
 }

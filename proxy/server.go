@@ -75,6 +75,12 @@ func (c *ServerConfig) defaults() {
 // longest method, two spaces, the version and CRLF.
 const requestLineRoom = 32
 
+// readBufferSize is a connection's read buffer: the longest request line
+// and header block the limits allow (NewServer).
+func (c *ServerConfig) readBufferSize() int {
+	return c.MaxHeaderBytes + c.MaxURIBytes + requestLineRoom
+}
+
 // NewServer returns the server for the route table: every request passes
 // the HTTP checks (a target or header block too long, ambiguous framing)
 // before its route, and errors of the HTTP layer are answered in the
@@ -124,7 +130,7 @@ func newHTTPServer(cfg ServerConfig, e *Edge, h fasthttp.RequestHandler) *fastht
 		ReadTimeout:           cfg.ReadTimeout,
 		IdleTimeout:           cfg.IdleTimeout,
 		MaxRequestBodySize:    cfg.MaxBodySize,
-		ReadBufferSize:        cfg.MaxHeaderBytes + cfg.MaxURIBytes + requestLineRoom,
+		ReadBufferSize:        cfg.readBufferSize(),
 		CloseOnShutdown:       true,
 		KeepHijackedConns:     true, // streams own their connections (ChatConfig.ConnsKept)
 		Logger:                cfg.Logger,
