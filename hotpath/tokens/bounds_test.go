@@ -93,3 +93,49 @@ func TestMinTokensIsALowerBound(t *testing.T) {
 	// With a limit it stops reading as soon as the bound passes it.
 	require.Equal(t, 1001, minTokens(words, 1000))
 }
+
+// countBySegment counts text as countText does, without its memo: every
+// segment encoded on its own.
+func countBySegment(text string) int {
+	e, s := encoder(), new(scratch)
+	n := 0
+	for len(text) > 0 {
+		k := cutAt(text)
+		n += e.count(text[:k], s)
+		text = text[k:]
+	}
+	return n
+}
+
+// TestRepeatedSegmentsCountedOnce: a segment met again within one text
+// takes its count from the memo, and the memo never changes a count:
+// repeated characters and patterns (of every phase count up to the memo's
+// slots and past them), repeated paragraphs, and text between repeats.
+func TestRepeatedSegmentsCountedOnce(t *testing.T) {
+	para := string(AppendWords(nil, 5, 900))
+	for _, text := range []string{
+		strings.Repeat("a", 300<<10),
+		strings.Repeat("abc", 100<<10),
+		strings.Repeat("abcdefgh", 40<<10),
+		strings.Repeat("abcdefghi", 40<<10), // nine phases: more than the memo holds
+		strings.Repeat("中文", 50<<10),
+		strings.Repeat("é", 100<<10) + " tail",
+		strings.Repeat(para, 12),
+		strings.Repeat("x", 5000) + " " + para + strings.Repeat("x", 5000),
+	} {
+		require.Equal(t, countBySegment(text), Count(text), "%.30q", text)
+		require.Equal(t, countBySegment(text), CountChat([]Message{{Role: "user", Content: text}}, nil)-
+			CountChat([]Message{{Role: "user"}}, nil), "%.30q", text)
+	}
+
+	// The memo is what makes a repeated run cheap: 8 MiB of one letter
+	// cost about 0.8 s of CPU encoded part by part, and is one part's
+	// encoding and 8,192 comparisons with it.
+	word := strings.Repeat("a", 8<<20)
+	Count(" ")
+	start := cputest.Used(t)
+	n := Count(word)
+	used := cputest.Used(t) - start
+	require.Equal(t, 8<<20/MaxRun*Count(word[:MaxRun]), n)
+	require.Less(t, used, 150*time.Millisecond*cpuScale, "8 MiB of one letter")
+}

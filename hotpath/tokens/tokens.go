@@ -188,6 +188,7 @@ func countText(e *bpe, n int, text string, limit int, stop *atomic.Bool) int {
 	var (
 		mark  time.Time // when the count last made way
 		since int       // bytes counted since the clock was last read
+		seen  segmentMemo
 	)
 	for len(text) > 0 && n <= limit {
 		if stop != nil && stop.Load() {
@@ -195,7 +196,13 @@ func countText(e *bpe, n int, text string, limit int, stop *atomic.Bool) int {
 			break
 		}
 		k := cutAt(text)
-		n += e.count(text[:k], s)
+		seg := text[:k]
+		c, ok := seen.get(seg)
+		if !ok {
+			c = e.count(seg, s)
+			seen.put(seg, c)
+		}
+		n += c
 		text = text[k:]
 		if since += k; since >= clockEvery {
 			since = 0
@@ -204,6 +211,51 @@ func countText(e *bpe, n int, text string, limit int, stop *atomic.Bool) int {
 	}
 	scratchPool.Put(s)
 	return n
+}
+
+// segmentMemo remembers the counts of the last few long segments of one
+// text, so that a segment met again is not encoded again. A segment's count
+// depends on its bytes alone (each is encoded on its own), and the
+// commonest unbroken run, one character or a short pattern repeated, is
+// cut into MaxRun parts of which only a few differ: 280 KiB of one letter
+// is one encoding and 279 comparisons, not 280 encodings. Text without
+// repeats pays a length comparison per slot and segment. The memo lives in
+// one call, holding only the caller's own text.
+type segmentMemo struct {
+	seg  [memoSlots]string
+	n    [memoSlots]int
+	next int
+}
+
+const (
+	// memoSlots is how many segments are remembered. A run of a pattern
+	// of p bytes is cut into at most p/gcd(p, MaxRun) different parts:
+	// one for a repeated character (or any pattern whose length divides
+	// MaxRun), at most memoSlots for a pattern of up to memoSlots bytes.
+	memoSlots = 8
+	// memoMin is the shortest segment remembered; shorter ones cost too
+	// little to encode to be worth a comparison.
+	memoMin = MaxRun / 4
+)
+
+func (m *segmentMemo) get(seg string) (int, bool) {
+	if len(seg) < memoMin {
+		return 0, false
+	}
+	for i := range m.seg {
+		if m.seg[i] == seg {
+			return m.n[i], true
+		}
+	}
+	return 0, false
+}
+
+func (m *segmentMemo) put(seg string, n int) {
+	if len(seg) < memoMin {
+		return
+	}
+	m.seg[m.next], m.n[m.next] = seg, n
+	m.next = (m.next + 1) % memoSlots
 }
 
 // A long count makes way for other requests once it has run for
