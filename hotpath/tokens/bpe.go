@@ -102,6 +102,9 @@ func (b *bpe) rank(s *scratch, piece string, a, c int32) int32 {
 	if c-a == 2 {
 		return b.pairs[uint16(piece[a])<<8|uint16(piece[a+1])]
 	}
+	if !b.vocab.mayHold(piece[a:c]) {
+		return -1
+	}
 	if r, ok := b.vocab.rank(piece[a:c]); ok {
 		return int32(r)
 	}

@@ -18,6 +18,47 @@ type vocab struct {
 	mask  uint64
 	slots []vocabSlot
 	arena []byte // every token's bytes, back to back
+	// filter is a Bloom filter of the tokens, two bits each in
+	// 2^filterBits (256 KiB, which stays in a core's cache where the 8 MiB
+	// of slots does not). The merge inside a long piece asks for many
+	// strings that are not tokens; the filter turns away 97% of them
+	// without touching slots (TestVocabMatchesTheRanks), which made a
+	// 280 KiB run of random letters about a quarter cheaper to count
+	// (BenchmarkLongRun/random). Whole pieces, which are mostly tokens,
+	// go straight to slots.
+	filter []uint64
+}
+
+const filterBits = 21
+
+// filterHash mixes a string's length and first sixteen bytes (a token in
+// question is rarely longer, and a longer one that collides only costs the
+// lookup the filter would have saved).
+func filterHash(s string) uint64 {
+	h := head8(s)*0x9e3779b97f4a7c15 ^ uint64(len(s))
+	if len(s) > 8 {
+		h ^= head8(s[8:]) * 0xc2b2ae3d27d4eb4f
+	}
+	// The finalizer of MurmurHash3: every input bit reaches every bit.
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
+}
+
+func (v *vocab) filterAdd(s string) {
+	h := filterHash(s)
+	a, b := h>>(64-filterBits), h>>(64-2*filterBits)&(1<<filterBits-1)
+	v.filter[a>>6] |= 1 << (a & 63)
+	v.filter[b>>6] |= 1 << (b & 63)
+}
+
+// mayHold reports false when s is certainly not a token.
+func (v *vocab) mayHold(s string) bool {
+	h := filterHash(s)
+	a, b := h>>(64-filterBits), h>>(64-2*filterBits)&(1<<filterBits-1)
+	return v.filter[a>>6]&(1<<(a&63)) != 0 && v.filter[b>>6]&(1<<(b&63)) != 0
 }
 
 // vocabSlot is one token: head holds its first eight bytes (zero-padded,
@@ -38,7 +79,7 @@ const (
 // within two or three slots on average.
 func newVocab(ranks map[string]int) *vocab {
 	size := uint64(1) << bits.Len64(uint64(2*len(ranks)-1))
-	v := &vocab{seed: maphash.MakeSeed(), mask: size - 1, slots: make([]vocabSlot, size)}
+	v := &vocab{seed: maphash.MakeSeed(), mask: size - 1, slots: make([]vocabSlot, size), filter: make([]uint64, 1<<filterBits/64)}
 	n := 0
 	for tok := range ranks {
 		n += len(tok)
@@ -48,6 +89,7 @@ func newVocab(ranks map[string]int) *vocab {
 		if len(tok) == 0 || len(tok) > vocabMaxLen || rank < 0 || rank >= 1<<vocabRankBits {
 			panic("tokens: the encoding has a token the rank table cannot hold")
 		}
+		v.filterAdd(tok)
 		off := uint64(len(v.arena))
 		v.arena = append(v.arena, tok...)
 		i := maphash.String(v.seed, tok) & v.mask

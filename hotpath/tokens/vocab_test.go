@@ -15,10 +15,13 @@ func TestVocabMatchesTheRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := newVocab(ranks)
-	misses := 0
+	misses, passed := 0, 0 // passed: near misses the filter let through
 	for tok, want := range ranks {
 		if got, ok := v.rank(tok); !ok || got != want {
 			t.Fatalf("rank of %q: %d, %v; want %d", tok, got, ok, want)
+		}
+		if !v.mayHold(tok) {
+			t.Fatalf("the filter turns away the token %q", tok)
 		}
 		// Near misses: one byte more, one byte less, the last byte changed.
 		for _, near := range []string{tok + "\x00", tok[:len(tok)-1], tok[:len(tok)-1] + string(tok[len(tok)-1]^0x20)} {
@@ -29,11 +32,19 @@ func TestVocabMatchesTheRanks(t *testing.T) {
 			if got, ok := v.rank(near); ok {
 				t.Fatalf("%q is not a token, found with rank %d", near, got)
 			}
+			if v.mayHold(near) {
+				passed++
+			}
 		}
 	}
 	if misses < len(ranks) {
 		t.Fatalf("only %d near misses tried", misses)
 	}
+	// Two bits a token in 2^21: the filter must turn away nearly all.
+	if passed*20 > misses {
+		t.Fatalf("the filter let %d of %d strings that are not tokens through", passed, misses)
+	}
+	t.Logf("the filter let %d of %d near misses through", passed, misses)
 	if _, ok := v.rank(""); ok {
 		t.Fatal("the empty string is not a token")
 	}
