@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"strings"
@@ -42,6 +43,16 @@ func wordsText(n int) string {
 	return sb.String()[:n]
 }
 
+// randomWord is n letters drawn at random (a fixed seed), without a space.
+func randomWord(n int) string {
+	r := rand.New(rand.NewPCG(7, 9))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte('a' + r.IntN(26))
+	}
+	return string(b)
+}
+
 func manyTools(n int) string {
 	var sb strings.Builder
 	sb.WriteString(`[`)
@@ -72,9 +83,17 @@ func hostileCases() []hostileCase {
 		// Token counting: one unbroken word (before: 280 KB took 34 s of CPU).
 		{name: "one 280 KB word", body: func() string { return hostileBody(strings.Repeat("a", 280<<10), "") },
 			status: 200, cpu: 2 * time.Second, alloc: 64 * mib},
+		// A window's worth of one letter is one part's encoding and
+		// comparisons with it (before the count's memo of repeated parts,
+		// about 1.2 s on an idle machine).
 		{name: "one 7.9 MiB word over the window", body: func() string { return hostileBody(strings.Repeat("a", 79*mib/10), "") },
-			// About 1.2 s on an idle machine: the worst case at the default
-			// limits, a window's worth of encoding.
+			status: 400, code: "context_overflow", cpu: 2 * time.Second, alloc: 96 * mib},
+		// Letters at random: no part repeats, so every part is encoded,
+		// until the count passes the window (the worst case at the
+		// default limits).
+		{name: "one 280 KB word of random letters", body: func() string { return hostileBody(randomWord(280<<10), "") },
+			status: 200, cpu: 2 * time.Second, alloc: 64 * mib},
+		{name: "one 7.9 MiB word of random letters over the window", body: func() string { return hostileBody(randomWord(79*mib/10), "") },
 			status: 400, code: "context_overflow", cpu: 4 * time.Second, alloc: 96 * mib},
 		// Memory amplification (before: 7.9 MiB cost about 330 MiB of RSS).
 		{name: "7.9 MiB of words over the window", body: func() string { return hostileBody(wordsText(79*mib/10), "") },

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,17 @@ var hostileBodies = map[string]func(tier string) []byte{
 	// One unbroken 280 KB word: quadratic to tokenize without a run bound.
 	"long_word": func(tier string) []byte {
 		return chatJSON(tier, strings.Repeat("a", 280<<10), "")
+	},
+	// The same length of letters drawn at random (a fixed seed): no part
+	// repeats, so each is encoded, until the count passes the tier's
+	// window and the request is refused as context_overflow.
+	"random_word": func(tier string) []byte {
+		r := rand.New(rand.NewPCG(280, 10))
+		word := make([]byte, 280<<10)
+		for i := range word {
+			word[i] = byte('a' + r.IntN(26))
+		}
+		return chatJSON(tier, string(word), "")
 	},
 	// 2 MiB of words, over every window: refused as context_overflow.
 	"overflow": func(tier string) []byte {
