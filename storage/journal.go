@@ -47,11 +47,17 @@ const (
 	journalPattern    = "ledger-*.journal"
 )
 
-// journalWarmSlots is how far ahead of Record the writer makes the
-// journal's pages writable at each tick (warm): a tick's rows at 5,000
-// requests a second. Faster, the ring comes round before the kernel writes
-// a page back, and Record finds it writable anyway. A test turns it off.
-var journalWarmSlots uint64 = 1024
+// How far ahead of Record the writer makes the journal's pages writable at
+// each tick (warm): four times the slots claimed since the last tick, at
+// least journalWarmMin, at most journalWarmMost (a tick's rows at 5,000
+// requests a second; faster, the ring comes round before the kernel writes
+// a page back, and Record finds it writable anyway). The window follows
+// the rate so that after a writeback the tick that makes it writable again
+// takes a few page faults, not a thousand in a row. A test turns it off
+// (journalWarmMost 0).
+const journalWarmMin = 64
+
+var journalWarmMost uint64 = 1024
 
 // journal is one process's crash journal: a ring of slots, one row each.
 // Record claims the slot its sequence number falls on; the writer marks a
@@ -64,6 +70,8 @@ type journal struct {
 	data []byte // the mapping
 	n    uint64 // slots
 	next atomic.Uint64
+	// warmed is next as the writer's last warm saw it (the writer's own).
+	warmed uint64
 }
 
 // openJournal creates and maps this process's journal, named after its
@@ -149,22 +157,24 @@ func (j *journal) put(row *ledgerRow) bool {
 	return true
 }
 
-// warm makes writable now the pages of the next ahead slots Record will
-// claim. A page of a shared file mapping that the kernel has written back
+// warm makes writable now the pages of the slots Record will claim next. A page of a shared file mapping that the kernel has written back
 // is write-protected again, so that the next store marks it dirty, and
 // that store takes a page fault into the file system: 30–150 µs on ext4
 // here, once per page (four rows) after every writeback. At a few hundred
 // requests a second the ring comes round after the writeback, so one row
 // in four paid it on its request's path. The writer calls warm at each
-// tick instead: an atomic add of zero to a slot's done mark changes
+// tick instead, for the slots the next ticks' rows will claim
+// (journalWarmMost): an atomic add of zero to a slot's done mark changes
 // nothing, and leaves its page writable and dirty until the next
 // writeback.
-func (j *journal) warm(ahead uint64) {
-	if j == nil {
+func (j *journal) warm(most uint64) {
+	if j == nil || most == 0 {
 		return
 	}
-	from := j.next.Load() + 1
-	for seq := from; seq < from+min(ahead, j.n); seq++ {
+	next := j.next.Load()
+	ahead := min(max(4*(next-j.warmed), journalWarmMin), most, j.n)
+	j.warmed = next
+	for seq := next + 1; seq <= next+ahead; seq++ {
 		word(j.slot(seq%j.n), 8).Add(0)
 	}
 }

@@ -45,7 +45,7 @@ func TestWarmedSlotsTakeNoPageFault(t *testing.T) {
 	}
 	put(rows[:1]) // the first call's own faults (stack, code) out of the count
 	cold := put(rows[1:n])
-	j.warm(journalWarmSlots)
+	j.warm(journalWarmMost)
 	warmed := put(rows[n:])
 	t.Logf("page faults for %d rows: %d into cold pages, %d into warmed ones", n-1, cold, warmed)
 	require.GreaterOrEqual(t, cold, int64(n/4-2))
@@ -61,8 +61,8 @@ func TestWarmedSlotsTakeNoPageFault(t *testing.T) {
 // (the queue's buffer), which warming does not change.
 func TestLedgerWarmsTheJournalAheadOfRecord(t *testing.T) {
 	fewest := func(warm uint64) int64 {
-		defer func(was uint64) { journalWarmSlots = was }(journalWarmSlots)
-		journalWarmSlots = warm
+		defer func(was uint64) { journalWarmMost = was }(journalWarmMost)
+		journalWarmMost = warm
 		w := newMemWriter()
 		f := newTestLedger(t, w, t.TempDir(), func(c *LedgerConfig) { c.QueueSize = 1000; c.BatchSize = 50 })
 		defer func() { _ = f.l.Close(context.Background()) }()
@@ -85,7 +85,7 @@ func TestLedgerWarmsTheJournalAheadOfRecord(t *testing.T) {
 		}
 		return least
 	}
-	cold, warmed := fewest(0), fewest(journalWarmSlots)
+	cold, warmed := fewest(0), fewest(journalWarmMost)
 	t.Logf("page faults for 64 Records: %d with warming off, %d with it on", cold, warmed)
 	require.LessOrEqual(t, warmed, cold-12)
 }

@@ -439,7 +439,7 @@ func (l *Ledger) onTick(now time.Time) {
 	if len(l.batch) > 0 {
 		l.persistBatch(false)
 	}
-	l.journal.warm(journalWarmSlots)
+	l.journal.warm(journalWarmMost)
 	if err := l.spool.syncActive(); err != nil {
 		l.logWriteError("cannot sync the ledger spool", err)
 	}
