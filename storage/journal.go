@@ -157,16 +157,16 @@ func (j *journal) put(row *ledgerRow) bool {
 	return true
 }
 
-// warm makes writable now the pages of the slots Record will claim next. A page of a shared file mapping that the kernel has written back
-// is write-protected again, so that the next store marks it dirty, and
-// that store takes a page fault into the file system: 30–150 µs on ext4
-// here, once per page (four rows) after every writeback. At a few hundred
-// requests a second the ring comes round after the writeback, so one row
-// in four paid it on its request's path. The writer calls warm at each
-// tick instead, for the slots the next ticks' rows will claim
-// (journalWarmMost): an atomic add of zero to a slot's done mark changes
-// nothing, and leaves its page writable and dirty until the next
-// writeback.
+// warm makes writable now the pages of the slots Record will claim next.
+// A page of a shared file mapping that the kernel has written back is
+// write-protected again, so that the next store marks it dirty, and that
+// store takes a page fault into the file system: 30–150 µs on ext4 on the
+// test machine, once per page (four rows) after every writeback. At a few
+// hundred requests a second the ring comes round after the writeback, so
+// one row in four paid it on its request's path. The writer calls warm at
+// each tick instead, for the slots the next ticks' rows will claim (at
+// most most): an atomic add of zero to a slot's done mark changes nothing,
+// and leaves its page writable and dirty until the next writeback.
 func (j *journal) warm(most uint64) {
 	if j == nil || most == 0 {
 		return
