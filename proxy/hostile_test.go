@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"encoding/json"
-	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/hotpath/cputest"
+	"github.com/edgegw/gateway/hotpath/tokens"
 )
 
 // cpuTime is the CPU time this process has used, user and system. A
@@ -41,16 +41,6 @@ func wordsText(n int) string {
 		sb.WriteString("the quick brown fox jumps over the lazy dog ")
 	}
 	return sb.String()[:n]
-}
-
-// randomWord is n letters drawn at random (a fixed seed), without a space.
-func randomWord(n int) string {
-	r := rand.New(rand.NewPCG(7, 9))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte('a' + r.IntN(26))
-	}
-	return string(b)
 }
 
 func manyTools(n int) string {
@@ -91,9 +81,9 @@ func hostileCases() []hostileCase {
 		// Letters at random: no part repeats, so every part is encoded,
 		// until the count passes the window (the worst case at the
 		// default limits).
-		{name: "one 280 KB word of random letters", body: func() string { return hostileBody(randomWord(280<<10), "") },
+		{name: "one 280 KB word of random letters", body: func() string { return hostileBody(string(tokens.AppendLetters(nil, 7, 280<<10)), "") },
 			status: 200, cpu: 2 * time.Second, alloc: 64 * mib},
-		{name: "one 7.9 MiB word of random letters over the window", body: func() string { return hostileBody(randomWord(79*mib/10), "") },
+		{name: "one 7.9 MiB word of random letters over the window", body: func() string { return hostileBody(string(tokens.AppendLetters(nil, 7, 79*mib/10)), "") },
 			status: 400, code: "context_overflow", cpu: 4 * time.Second, alloc: 96 * mib},
 		// Memory amplification (before: 7.9 MiB cost about 330 MiB of RSS).
 		{name: "7.9 MiB of words over the window", body: func() string { return hostileBody(wordsText(79*mib/10), "") },

@@ -1,7 +1,6 @@
 package load
 
 import (
-	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,12 +23,7 @@ var hostileBodies = map[string]func(tier string) []byte{
 	// repeats, so each is encoded, until the count passes the tier's
 	// window and the request is refused as context_overflow.
 	"random_word": func(tier string) []byte {
-		r := rand.New(rand.NewPCG(280, 10))
-		word := make([]byte, 280<<10)
-		for i := range word {
-			word[i] = byte('a' + r.IntN(26))
-		}
-		return chatJSON(tier, string(word), "")
+		return chatJSON(tier, string(tokens.AppendLetters(nil, 280, 280<<10)), "")
 	},
 	// 2 MiB of words, over every window: refused as context_overflow.
 	"overflow": func(tier string) []byte {

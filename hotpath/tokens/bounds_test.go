@@ -139,3 +139,18 @@ func TestRepeatedSegmentsCountedOnce(t *testing.T) {
 	require.Equal(t, 8<<20/MaxRun*Count(word[:MaxRun]), n)
 	require.Less(t, used, 150*time.Millisecond*cpuScale, "8 MiB of one letter")
 }
+
+// TestAppendLetters: n letters, the same for the same seed, one unbroken
+// run that only the MaxRun bound cuts.
+func TestAppendLetters(t *testing.T) {
+	run := AppendLetters(nil, 9, 4096)
+	require.Len(t, run, 4096)
+	require.Equal(t, run, AppendLetters(nil, 9, 4096))
+	require.NotEqual(t, run, AppendLetters(nil, 10, 4096))
+	for _, c := range run {
+		require.True(t, c >= 'a' && c <= 'z', "%q", c)
+	}
+	require.Equal(t, MaxRun, cutAt(string(run)), "an unbroken run, cut at MaxRun")
+	// The bench's random_word is over mira's 65,536-token window.
+	require.Greater(t, Count(string(AppendLetters(nil, 280, 280<<10))), 65536)
+}

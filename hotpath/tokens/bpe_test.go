@@ -93,11 +93,7 @@ func TestMergeMatchesReference(t *testing.T) {
 // n²/2 of them for a run of n bytes, this one a small multiple of n.
 func TestLongRunCostIsLinear(t *testing.T) {
 	e := encoder()
-	r := rand.New(rand.NewPCG(3, 4))
-	run := make([]byte, MaxRun)
-	for i := range run {
-		run[i] = "abcdefghijklmnopqrstuvwxyz"[r.IntN(26)]
-	}
+	run := AppendLetters(nil, 3, MaxRun)
 	s := new(scratch)
 	e.merge(string(run), s)
 	lookups := s.lookups
@@ -107,12 +103,8 @@ func TestLongRunCostIsLinear(t *testing.T) {
 // BenchmarkLongRun counts one unbroken 280 KiB word, the hostile
 // scenario's: of one repeated letter, and of random letters.
 func BenchmarkLongRun(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 2))
-	random := make([]byte, 280<<10)
-	for i := range random {
-		random[i] = byte('a' + r.IntN(26))
-	}
-	for name, text := range map[string]string{"repeated": strings.Repeat("a", 280<<10), "random": string(random)} {
+	random := string(AppendLetters(nil, 1, 280<<10))
+	for name, text := range map[string]string{"repeated": strings.Repeat("a", 280<<10), "random": random} {
 		b.Run(name, func(b *testing.B) {
 			Count(text)
 			b.SetBytes(int64(len(text)))

@@ -81,6 +81,18 @@ func AppendWords(dst []byte, seed uint64, n int) []byte {
 	return dst
 }
 
+// AppendLetters appends to dst n lowercase ASCII letters drawn from seed,
+// without a space: one unbroken run whose parts never repeat, the text
+// that costs the encoder most a byte (the hostile-input tests and the
+// bench's random_word).
+func AppendLetters(dst []byte, seed uint64, n int) []byte {
+	r := rng{seed}
+	for range max(n, 0) {
+		dst = append(dst, byte('a'+r.next()%26))
+	}
+	return dst
+}
+
 // rng is splitmix64: a tiny, well-mixed generator that allocates nothing.
 type rng struct{ s uint64 }
 
