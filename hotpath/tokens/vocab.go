@@ -47,17 +47,22 @@ func filterHash(s string) uint64 {
 	return h ^ h>>33
 }
 
-func (v *vocab) filterAdd(s string) {
+// filterBitsOf returns the filter's two bits for s: the top filterBits
+// bits of its hash and the filterBits below them.
+func filterBitsOf(s string) (a, b uint64) {
 	h := filterHash(s)
-	a, b := h>>(64-filterBits), h>>(64-2*filterBits)&(1<<filterBits-1)
+	return h >> (64 - filterBits), h >> (64 - 2*filterBits) & (1<<filterBits - 1)
+}
+
+func (v *vocab) filterAdd(s string) {
+	a, b := filterBitsOf(s)
 	v.filter[a>>6] |= 1 << (a & 63)
 	v.filter[b>>6] |= 1 << (b & 63)
 }
 
 // mayHold reports false when s is certainly not a token.
 func (v *vocab) mayHold(s string) bool {
-	h := filterHash(s)
-	a, b := h>>(64-filterBits), h>>(64-2*filterBits)&(1<<filterBits-1)
+	a, b := filterBitsOf(s)
 	return v.filter[a>>6]&(1<<(a&63)) != 0 && v.filter[b>>6]&(1<<(b&63)) != 0
 }
 
