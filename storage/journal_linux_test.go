@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/edgegw/gateway/hotpath"
 )
@@ -18,8 +18,8 @@ import (
 // no disk read: among them, the first store to a page of a shared file
 // mapping that is not yet writable.
 func minorFaults(t *testing.T) int64 {
-	var ru syscall.Rusage
-	require.NoError(t, syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru))
+	var ru unix.Rusage
+	require.NoError(t, unix.Getrusage(unix.RUSAGE_THREAD, &ru))
 	return ru.Minflt
 }
 
