@@ -318,6 +318,20 @@ type app struct {
 	stopOnce   sync.Once
 	cancel     context.CancelFunc
 	done       chan struct{}
+	// warming counts the JSON codecs still compiling; the API listener
+	// serves once they are done (warm).
+	warming sync.WaitGroup
+}
+
+// warm compiles JSON codecs in the background, beside the rest of the
+// start, so that the first requests find them compiled. A failure costs
+// only speed: sonic then compiles each on its first use.
+func (a *app) warm(what string, pretouch func() error) {
+	a.warming.Go(func() {
+		if err := pretouch(); err != nil {
+			a.log.Warn("cannot compile JSON codecs ahead; their first requests will", "codecs", what, "err", err)
+		}
+	})
 }
 
 // keepAliveInterval maps the flag (0 sends none) to the chat setting (0 is
@@ -372,6 +386,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	if err := a.listen(); err != nil {
 		return nil, err
 	}
+	a.warm("api", proxy.Pretouch)
 	if a.db, err = storage.Open(ctx, cfg.DB); err != nil {
 		a.closeListeners()
 		return nil, err
@@ -557,6 +572,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	// never end it.
 	accept := proxy.KeepAccepting(a.ln, log)
 	set.NewGauge(`gateway_accept_retries_total`, func() float64 { return float64(accept.Retries.Load()) })
+	a.warming.Wait()
 	go func() {
 		if err := a.server.Serve(accept); err != nil {
 			log.Error("api listener stopped", "err", err)

@@ -49,6 +49,9 @@ func serveSim(ctx context.Context, args []string, _, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	cfg.Log = log
+	if err := sim.Pretouch(); err != nil {
+		log.Warn("cannot compile JSON codecs ahead; their first requests will", "err", err)
+	}
 	s, ln, err := sim.Listen(*addr, cfg)
 	if err != nil {
 		log.Error("cannot start the simulator", "err", err)

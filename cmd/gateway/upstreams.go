@@ -49,6 +49,7 @@ func (a *app) buildUpstreams(st settings, log *slog.Logger) (map[string]*proxy.U
 			if simLn == nil {
 				simLn = fasthttputil.NewInmemoryListener()
 				a.sim = sim.New(sim.Config{TTFT: a.cfg.SimTTFT, ITL: a.cfg.SimITL, Log: log})
+				a.warm("simulator", sim.Pretouch)
 				go func() { _ = a.sim.Serve(simLn) }()
 			}
 			ln := simLn
