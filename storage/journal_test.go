@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -162,6 +163,11 @@ func TestJournalOfAKilledProcessIsReplayedOnce(t *testing.T) {
 	victim := newTestLedger(t, w, dir, func(c *LedgerConfig) { c.QueueSize = 200; c.BatchSize = 50 })
 	defer close(w.gate)
 	recordMany(victim.l, "r", 4, 120)
+	// The victim's writer adopts the journals of gone processes when it
+	// starts. Once it waits at the gate it has, and the next adoption is
+	// adoptInterval away; the journal left before that would be its own to
+	// adopt.
+	require.Eventually(t, func() bool { return w.gated.Load() > 0 }, 5*time.Second, time.Millisecond)
 	dead := leaveJournal(t, victim.l, dir, "ledger-gone-1-00000000")
 	ownPath := victim.l.journal.path
 

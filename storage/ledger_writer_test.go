@@ -25,6 +25,7 @@ type memWriter struct {
 	down    atomic.Bool
 	lostAck atomic.Bool   // commit, then report a failure
 	gate    chan struct{} // when set, each write waits for it to be closed
+	gated   atomic.Int32  // writes waiting at the gate
 }
 
 func newMemWriter() *memWriter { return &memWriter{rows: make(map[[16]byte]ledgerRow)} }
@@ -34,6 +35,8 @@ func (m *memWriter) writeRows(ctx context.Context, rows []ledgerRow) (int64, err
 	gate := m.gate
 	m.mu.Unlock()
 	if gate != nil {
+		m.gated.Add(1)
+		defer m.gated.Add(-1)
 		select {
 		case <-gate:
 		case <-ctx.Done():
