@@ -12,12 +12,6 @@ import (
 	"github.com/edgegw/gateway/codec/codectest"
 )
 
-// firstUseBudget bounds the allocations of a first decode or encode whose
-// codec is compiled: 6–18 measured, the values decoded; compiling one
-// costs thousands (13,829 for the Anthropic body). The race detector's
-// build allocates more on a first encode, so this file is left out of it.
-const firstUseBudget = 30
-
 // TestPretouchCompilesTheRequestCodecs checks that after Pretouch the first
 // request body of every chat wire, the specialised routes' body, the
 // content parts and the body sent upstream are decoded or encoded without
@@ -25,7 +19,7 @@ const firstUseBudget = 30
 func TestPretouchCompilesTheRequestCodecs(t *testing.T) {
 	codectest.RunFresh(t, func(t *testing.T) {
 		require.NoError(t, Pretouch())
-		first := func(name string, f func()) { codectest.FirstUse(t, name, firstUseBudget, f) }
+		first := func(name string, f func()) { codectest.FirstUse(t, name, codectest.Compiled, f) }
 		first("chat completions body", func() {
 			var r codec.ChatRequest
 			require.Nil(t, decodeChatBody([]byte(`{"model":"mira","messages":[{"role":"user","content":"hi"}],"max_tokens":16,"stream":true,`+

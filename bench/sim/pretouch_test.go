@@ -19,7 +19,7 @@ func TestPretouchCompilesTheRequestDecoders(t *testing.T) {
 	codectest.RunFresh(t, func(t *testing.T) {
 		require.NoError(t, Pretouch())
 		first := func(name, body string, v any) {
-			codectest.FirstUse(t, name, 30, func() { require.NoError(t, sonic.Unmarshal([]byte(body), v)) })
+			codectest.FirstUse(t, name, codectest.Compiled, func() { require.NoError(t, sonic.Unmarshal([]byte(body), v)) })
 		}
 		first("chat body", `{"model":"sim-mira","messages":[{"role":"user","content":"hi"}],"max_tokens":16,"stream":true,`+
 			`"stream_options":{"include_usage":true},"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`, &chatRequest{})
