@@ -118,10 +118,30 @@ func ReadProcTree(pid int) (ProcUsage, error) {
 		u.RSS += s.RSS()
 	}
 	add(&root)
+	for _, s := range descendants(pid) {
+		add(&s)
+		u.Processes++
+	}
+	return u, nil
+}
+
+// Descendants lists the processes below pid: its children, theirs, and
+// so on, found as ReadProcTree finds them.
+func Descendants(pid int) []int {
+	var ids []int
+	for _, s := range descendants(pid) {
+		ids = append(ids, s.PID)
+	}
+	return ids
+}
+
+// descendants reads every process below pid by scanning /proc once. A
+// process that cannot be read (it just exited) is skipped; init's
+// descendants are every process there is, so pid 1 has none here.
+func descendants(pid int) []ProcStat {
 	entries, err := os.ReadDir("/proc")
 	if err != nil || pid == 1 {
-		// The root alone: init's descendants are every process there is.
-		return u, nil
+		return nil
 	}
 	children := map[int][]ProcStat{}
 	for _, e := range entries {
@@ -135,18 +155,17 @@ func ReadProcTree(pid int) (ProcUsage, error) {
 		}
 		children[s.PPID] = append(children[s.PPID], s)
 	}
+	var out []ProcStat
 	queue := []int{pid}
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
-		for i := range children[p] {
-			c := &children[p][i]
-			add(c)
-			u.Processes++
+		for _, c := range children[p] {
+			out = append(out, c)
 			queue = append(queue, c.PID)
 		}
 	}
-	return u, nil
+	return out
 }
 
 // procMeter measures one process tree over a target's measured windows.

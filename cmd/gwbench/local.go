@@ -80,7 +80,7 @@ func parseTargets(s string) (map[string]bool, error) {
 
 func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
-	var bin, dbURL, scenarios, targetList, gwFlags string
+	var bin, dbURL, scenarios, targetList, gwFlags, pinList string
 	var pids multiFlag
 	fs := flag.NewFlagSet("gwbench local", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -97,6 +97,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	nginx := fs.String("nginx", "auto", "also compare nginx as a reverse proxy: auto (when installed), on or off")
 	fs.StringVar(&targetList, "targets", strings.Join(localTargets, ","),
 		"comma-separated targets to compare among "+strings.Join(localTargets, ", ")+"; the first is the baseline (nginx only as --nginx allows)")
+	fs.StringVar(&pinList, "pin-targets", "", "run each target's own process on these CPUs (a list: 1, 0,2 or 2-3) and the simulator, PostgreSQL and the load generator on the others, so that a target's throughput is not what they leave it; empty shares every CPU among them (docs/performance.md)")
 	fs.Var(&pids, "pid", pidUsage+"; the processes local starts, the load generator and a PostgreSQL on this machine are measured without it")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -111,6 +112,12 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *budget && !(chosen["direct"] && chosen["refproxy"] && chosen["gateway"]) {
 		return usagef("--budget needs direct, refproxy and gateway among --targets (or --budget=false)")
+	}
+	var pin *pinPlan
+	if pinList != "" {
+		if pin, err = newPinPlan(pinList); err != nil {
+			return err
+		}
 	}
 	if dbURL == "" {
 		return usagef("--database-url (or DATABASE_URL) is required: `make bench` starts a private PostgreSQL")
@@ -200,6 +207,14 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.New("no target left to compare: nginx is off or not installed")
 	}
 	attachProcs(targets, procs)
+	if pin != nil {
+		defer pin.restore()
+		if err := pin.apply(targets, sim.PID); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "gwbench: targets on CPU %s; the simulator, PostgreSQL and the load generator on CPU %s\n",
+			formatCPUs(pin.targets), formatCPUs(pin.rest))
+	}
 
 	if *budget {
 		b := &budgetRun{targets: targets, opt: c.options(stderr), duration: c.duration, frontier: *frontier, out: out, stdout: stdout}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseCPUList(t *testing.T) {
+	for in, want := range map[string][]int{
+		"1":       {1},
+		"0,2":     {0, 2},
+		"2-3":     {2, 3},
+		"0,4-5,4": {0, 4, 5},
+		" 3 , 1 ": {1, 3},
+	} {
+		got, err := parseCPUList(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "a", "3-1", "-1", "1-", "1,,2", "0x1"} {
+		_, err := parseCPUList(in)
+		require.ErrorContains(t, err, "is not a CPU list", in)
+	}
+}
+
+func TestPinPlanKeepsACPUForTheRest(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		_, err := newPinPlan("0")
+		require.ErrorContains(t, err, "needs Linux")
+		return
+	}
+	p := newPinner()
+	allowed, err := p.allowed(os.Getpid())
+	require.NoError(t, err)
+	require.NotEmpty(t, allowed)
+
+	all := ""
+	for i, c := range allowed {
+		if i > 0 {
+			all += ","
+		}
+		all += strconv.Itoa(c)
+	}
+	_, err = newPinPlan(all)
+	require.ErrorContains(t, err, "leaves no CPU for the load generator")
+	_, err = newPinPlan(strconv.Itoa(allowed[len(allowed)-1] + 1))
+	require.ErrorContains(t, err, "is not one this process may run on")
+
+	if len(allowed) < 2 {
+		return
+	}
+	plan, err := newPinPlan(strconv.Itoa(allowed[0]))
+	require.NoError(t, err)
+	require.Equal(t, []int{allowed[0]}, plan.targets)
+	require.Equal(t, allowed[1:], plan.rest)
+}
