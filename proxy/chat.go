@@ -17,6 +17,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/bytedance/sonic"
+	"github.com/bytedance/sonic/encoder"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
@@ -317,6 +318,10 @@ type turn struct {
 	// mem is the turn's memory and rules; nil when it uses neither.
 	mem *turnMemory
 	out []byte
+	// upBody is the body sent upstream and upBuf the buffer it is encoded
+	// into, fields so that neither escapes per request.
+	upBody upstreamRequest
+	upBuf  []byte
 	// ahead holds what the client sent past a stream's request (the next
 	// request, pipelined), given back with the connection.
 	ahead     []byte
@@ -807,7 +812,7 @@ func (t *turn) buildUpstreamRequest(r *fasthttp.Request) error {
 		sys := codec.Message{Role: "system", Content: strconv.AppendQuote(nil, up.cfg.SystemPrompt)}
 		msgs = append(append(make([]codec.Message, 0, len(msgs)+1), sys), msgs...)
 	}
-	ur := upstreamRequest{
+	t.upBody = upstreamRequest{
 		Model: up.cfg.Model, Messages: msgs, Stream: t.req.Stream, Temperature: t.req.Temperature, TopP: t.req.TopP,
 		MaxTokens: t.intent.MaxTokens, Tools: t.req.Tools, ResponseFormat: t.req.ResponseFormat,
 	}
@@ -815,15 +820,22 @@ func (t *turn) buildUpstreamRequest(r *fasthttp.Request) error {
 		// Without tools the only valid choices, none and auto, mean what
 		// no tool_choice means, and OpenAI refuses a tool_choice without
 		// tools; null is no choice.
-		ur.ToolChoice = tc
+		t.upBody.ToolChoice = tc
 	}
 	if t.req.Stream {
-		ur.StreamOptions = includeUsage
+		t.upBody.StreamOptions = includeUsage
 	}
 	if up.cfg.Reasons {
-		ur.ReasoningEffort = t.routing.Effort
+		t.upBody.ReasoningEffort = t.routing.Effort
 	}
-	body, err := sonic.Marshal(&ur)
+	// The body is encoded into the request's own pooled buffer, through
+	// the turn's fields: the encoder's scratch buffer and the copy
+	// sonic.Marshal returns, the body and its slice escaping to the heap
+	// were four allocations and a copy of the body per request.
+	t.upBuf = r.SwapBody(nil)[:0]
+	err := encoder.EncodeInto(&t.upBuf, &t.upBody, 0)
+	r.SwapBody(t.upBuf)
+	t.upBuf = nil
 	if err != nil {
 		return fmt.Errorf("cannot encode upstream request: %w", err)
 	}
@@ -833,7 +845,6 @@ func (t *turn) buildUpstreamRequest(r *fasthttp.Request) error {
 	if up.auth != "" {
 		r.Header.Set("Authorization", up.auth)
 	}
-	r.SetBodyRaw(body)
 	return nil
 }
 
