@@ -35,7 +35,10 @@ type budgetRun struct {
 	frontier bool
 	out      string
 	stdout   io.Writer
-	lines    []budgetLine
+	// placement says which CPUs the processes ran on: on cores the load
+	// generator and the simulator share, a line may fail for their CPU.
+	placement string
+	lines     []budgetLine
 }
 
 func (b *budgetRun) byName(results []*load.Result, name string) *load.Result {
@@ -110,6 +113,9 @@ func (b *budgetRun) compare(ctx context.Context, sc *load.Scenario, name string)
 
 // run measures every budget line the harness can reach on this machine.
 func (b *budgetRun) run(ctx context.Context) error {
+	if b.placement != "" {
+		b.info("CPUs", b.placement)
+	}
 	// Throughput at saturation, against the bare reference proxy.
 	sat, err := b.scenario("chat-nonstream")
 	if err != nil {

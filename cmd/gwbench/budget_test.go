@@ -32,7 +32,7 @@ func TestBudgetRunWritesEveryLine(t *testing.T) {
 	var stdout bytes.Buffer
 	b := &budgetRun{targets: targets, duration: 300 * time.Millisecond, warmup: 100 * time.Millisecond, frontier: true,
 		opt: load.Options{FrontierBudget: 3 * time.Second, ProbeDuration: 200 * time.Millisecond},
-		out: t.TempDir(), stdout: &stdout}
+		out: t.TempDir(), stdout: &stdout, placement: placement(&pinPlan{targets: []int{1}, rest: []int{0}})}
 	require.NoError(t, b.run(context.Background()))
 
 	raw, err := os.ReadFile(filepath.Join(b.out, "budget.txt"))
@@ -40,6 +40,7 @@ func TestBudgetRunWritesEveryLine(t *testing.T) {
 	text := string(raw)
 	require.True(t, strings.HasSuffix(stdout.String(), "\n"+text), "the budget is printed last")
 	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`PERFORMANCE BUDGET\nCPUs +targets on CPU 1; the simulator, PostgreSQL and the load generator on CPU 0 +- +-\n`),
 		regexp.MustCompile(`throughput at saturation, gateway / reference proxy +\d\.\d\d \(\d+ / \d+ rps\) +≥ 0\.80 +(PASS|FAIL)`),
 		regexp.MustCompile(`non-streaming overhead p50 at \d+ rps +-?[\d.]+(µs|ms) +≤ 150µs +(PASS|FAIL)`),
 		regexp.MustCompile(`non-streaming overhead p99, one request at a time +-?[\d.]+(µs|ms) \(reference proxy -?[\d.]+(µs|ms)\) +- +-\n`),
@@ -49,7 +50,8 @@ func TestBudgetRunWritesEveryLine(t *testing.T) {
 	} {
 		require.Regexp(t, want, text)
 	}
-	// The six bounded lines are counted; the five figures are not.
+	// The six bounded lines are counted; the six figures (the CPUs first)
+	// are not.
 	require.Regexp(t, `\n[0-6] passed, [0-6] failed\n$`, text)
 	passed, failed := strings.Count(text, " PASS\n"), strings.Count(text, " FAIL\n")
 	require.Equal(t, 6, passed+failed)

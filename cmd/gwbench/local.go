@@ -212,12 +212,12 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := pin.apply(targets, sim.PID); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "gwbench: targets on CPU %s; the simulator, PostgreSQL and the load generator on CPU %s\n",
-			formatCPUs(pin.targets), formatCPUs(pin.rest))
+		fmt.Fprintf(stderr, "gwbench: %s\n", placement(pin))
 	}
 
 	if *budget {
-		b := &budgetRun{targets: targets, opt: c.options(stderr), duration: c.duration, frontier: *frontier, out: out, stdout: stdout}
+		b := &budgetRun{targets: targets, opt: c.options(stderr), duration: c.duration, frontier: *frontier, out: out, stdout: stdout,
+			placement: placement(pin)}
 		if err := b.run(ctx); err != nil {
 			return err
 		}

@@ -53,6 +53,20 @@ type pinPlan struct {
 	pinner
 }
 
+// placement says where a local run's processes ran, for its reports:
+// pinned as p says, or (p nil) all on every CPU this process may use.
+func placement(p *pinPlan) string {
+	if p != nil {
+		return fmt.Sprintf("targets on CPU %s; the simulator, PostgreSQL and the load generator on CPU %s",
+			formatCPUs(p.targets), formatCPUs(p.rest))
+	}
+	pn := newPinner()
+	if cpus, err := pn.allowed(os.Getpid()); err == nil {
+		return "shared: the targets, the simulator, PostgreSQL and the load generator on CPU " + formatCPUs(cpus)
+	}
+	return "shared by every process"
+}
+
 // newPinPlan splits the CPUs this process may run on between the targets
 // (list) and the rest. Both sides must keep at least one.
 func newPinPlan(list string) (*pinPlan, error) {

@@ -58,3 +58,10 @@ func TestPinPlanKeepsACPUForTheRest(t *testing.T) {
 	require.Equal(t, []int{allowed[0]}, plan.targets)
 	require.Equal(t, allowed[1:], plan.rest)
 }
+
+// A report says where its processes ran.
+func TestPlacementNamesTheCPUs(t *testing.T) {
+	require.Equal(t, "targets on CPU 2, 3; the simulator, PostgreSQL and the load generator on CPU 0, 1",
+		placement(&pinPlan{targets: []int{2, 3}, rest: []int{0, 1}}))
+	require.Contains(t, placement(nil), "shared")
+}
