@@ -40,7 +40,7 @@ func TestBudgetRunWritesEveryLine(t *testing.T) {
 	text := string(raw)
 	require.True(t, strings.HasSuffix(stdout.String(), "\n"+text), "the budget is printed last")
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`PERFORMANCE BUDGET\nCPUs +targets on CPU 1; the simulator, PostgreSQL and the load generator on CPU 0 +- +-\n`),
+		regexp.MustCompile(`PERFORMANCE BUDGET\nCPUs +targets and PostgreSQL on CPU 1; the simulator and the load generator on CPU 0 +- +-\n`),
 		regexp.MustCompile(`throughput at saturation, gateway / reference proxy +\d\.\d\d \(\d+ / \d+ rps\) +≥ 0\.80 +(PASS|FAIL)`),
 		regexp.MustCompile(`non-streaming overhead p50 at \d+ rps +-?[\d.]+(µs|ms) +≤ 150µs +(PASS|FAIL)`),
 		regexp.MustCompile(`non-streaming overhead p99, one request at a time +-?[\d.]+(µs|ms) \(reference proxy -?[\d.]+(µs|ms)\) +- +-\n`),

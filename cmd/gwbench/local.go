@@ -97,7 +97,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	nginx := fs.String("nginx", "auto", "also compare nginx as a reverse proxy: auto (when installed), on or off")
 	fs.StringVar(&targetList, "targets", strings.Join(localTargets, ","),
 		"comma-separated targets to compare among "+strings.Join(localTargets, ", ")+"; the first is the baseline (nginx only as --nginx allows)")
-	fs.StringVar(&pinList, "pin-targets", "", "run each target's own process on these CPUs (a list: 1, 0,2 or 2-3) and the simulator, PostgreSQL and the load generator on the others, so that a target's throughput is not what they leave it; empty shares every CPU among them (docs/performance.md)")
+	fs.StringVar(&pinList, "pin-targets", "", "run each target's own process and PostgreSQL on these CPUs (a list: 1, 0,2 or 2-3) and the simulator and the load generator on the others, so that a target's throughput is not what they leave it; empty shares every CPU among them (docs/performance.md)")
 	fs.Var(&pids, "pid", pidUsage+"; the processes local starts, the load generator and a PostgreSQL on this machine are measured without it")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -146,10 +146,18 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(stackConfig, simURL+"/v1")), 0o600); err != nil {
 		return err
 	}
+	// The ledger's spool and journal of this run's gateway only: one in
+	// the working directory's .data/spool would adopt what earlier runs'
+	// gateways left there and replay it into this run's measure.
+	spool, err := os.MkdirTemp(out, "ledger-spool-")
+	if err != nil {
+		return err
+	}
+	defer keepBacklog(spool, stderr)
 	// One process: counters in process, as a single gateway runs, even
 	// when REDIS_URL is in the environment.
 	serve := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "", "--redis-url", "", "--config", cfg,
-		"--demo", "--log-level", "info"}, strings.Fields(gwFlags)...)
+		"--ledger-spool-dir", spool, "--demo", "--log-level", "info"}, strings.Fields(gwFlags)...)
 	gw, err := child.Start(ctx, "gateway", bin, []string{"DATABASE_URL=" + dbURL},
 		[]string{"listening", "key invalidation channel listening"}, serve...)
 	if err != nil {
@@ -245,10 +253,42 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
+	// Rows the ledger spooled during the run are rows PostgreSQL did not
+	// keep up with: their CPU is not in the figures above.
+	if n := spooledBytes(spool); n > 0 {
+		fmt.Fprintf(stdout, "\nledger: the gateway spooled %.1f MiB of rows PostgreSQL did not take during the run; "+
+			"PostgreSQL's CPU above is short of what the run's rows cost\n", float64(n)/(1<<20))
+	}
 	if *withFaults {
 		fmt.Fprintln(stdout, "\nfailover scorecard")
 		scores := faults.Run(ctx, &http.Client{Timeout: 2 * time.Minute}, "http://"+gw.Addr, key, faults.Cases())
 		return writeScores(scores, filepath.Join(out, "faults"), stdout)
 	}
 	return nil
+}
+
+// spooledBytes is the size of the ledger spool segments in dir: rows the
+// gateway could not hand to PostgreSQL as fast as it served them.
+func spooledBytes(dir string) int64 {
+	matches, _ := filepath.Glob(filepath.Join(dir, "*.spool"))
+	var n int64
+	for _, m := range matches {
+		if fi, err := os.Stat(m); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// keepBacklog removes a run's spool directory once its gateway has
+// stopped, unless rows are left in it: those are ledger rows PostgreSQL
+// has not received yet, and a gateway started with --ledger-spool-dir on
+// it writes them.
+func keepBacklog(dir string, stderr io.Writer) {
+	if n := spooledBytes(dir); n > 0 {
+		fmt.Fprintf(stderr, "gwbench: %.1f MiB of ledger rows wait in %s; `gateway serve --ledger-spool-dir %s` writes them\n",
+			float64(n)/(1<<20), dir, dir)
+		return
+	}
+	_ = os.RemoveAll(dir)
 }

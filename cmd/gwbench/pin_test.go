@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,7 +62,27 @@ func TestPinPlanKeepsACPUForTheRest(t *testing.T) {
 
 // A report says where its processes ran.
 func TestPlacementNamesTheCPUs(t *testing.T) {
-	require.Equal(t, "targets on CPU 2, 3; the simulator, PostgreSQL and the load generator on CPU 0, 1",
+	require.Equal(t, "targets and PostgreSQL on CPU 2, 3; the simulator and the load generator on CPU 0, 1",
 		placement(&pinPlan{targets: []int{2, 3}, rest: []int{0, 1}}))
 	require.Contains(t, placement(nil), "shared")
+}
+
+// A run's spool directory goes once its gateway has left nothing in it,
+// and stays, named, while rows wait there for PostgreSQL.
+func TestKeepBacklogOnlyWhileRowsWait(t *testing.T) {
+	empty := t.TempDir() + "/ledger-spool-a"
+	require.NoError(t, os.MkdirAll(empty, 0o755))
+	require.NoError(t, os.WriteFile(empty+"/ledger-h-1-x.journal", make([]byte, 64), 0o600))
+	var out strings.Builder
+	keepBacklog(empty, &out)
+	require.NoDirExists(t, empty)
+	require.Empty(t, out.String())
+
+	full := t.TempDir() + "/ledger-spool-b"
+	require.NoError(t, os.MkdirAll(full, 0o755))
+	require.NoError(t, os.WriteFile(full+"/ledger-h-1-x-000001.spool", make([]byte, 3<<20), 0o600))
+	require.Equal(t, int64(3<<20), spooledBytes(full))
+	keepBacklog(full, &out)
+	require.DirExists(t, full)
+	require.Contains(t, out.String(), "3.0 MiB of ledger rows wait in "+full)
 }
