@@ -430,3 +430,19 @@ func (s *spool) close() error {
 	s.otherBytes.Store(0)
 	return err
 }
+
+// SpoolBacklog reports what a ledger spool directory (LedgerConfig.SpoolDir)
+// holds for PostgreSQL: the bytes of its spool segments, and how many crash
+// journals are in it. A journal stays only with rows pending, when its
+// process closed before writing them or did not close at all. A process
+// that starts with the directory writes both.
+func SpoolBacklog(dir string) (spooled int64, journals int) {
+	segments, _ := filepath.Glob(filepath.Join(dir, spoolPattern))
+	for _, s := range segments {
+		if fi, err := os.Stat(s); err == nil {
+			spooled += fi.Size()
+		}
+	}
+	found, _ := filepath.Glob(filepath.Join(dir, journalPattern))
+	return spooled, len(found)
+}

@@ -191,3 +191,28 @@ func TestSpoolNamesItsSegmentsPerProcess(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 }
+
+// SpoolBacklog sees what a ledger's directory holds for PostgreSQL: the
+// journal of a ledger that has not closed, the spool segments written while
+// the database is down, and nothing once every row is written and the
+// ledger closed.
+func TestSpoolBacklogSeesWhatWaitsForPostgres(t *testing.T) {
+	w := newMemWriter()
+	w.down.Store(true)
+	f := newTestLedger(t, w, t.TempDir())
+	spooled, journals := SpoolBacklog(f.dir)
+	require.Zero(t, spooled)
+	require.Equal(t, 1, journals, "a running ledger's journal")
+
+	recordMany(f.l, "r", 4, 500)
+	require.Error(t, f.l.Flush(ctxT(t)), "the rows are only in the spool")
+	spooled, _ = SpoolBacklog(f.dir)
+	require.Positive(t, spooled)
+
+	w.down.Store(false)
+	require.NoError(t, f.l.Flush(ctxT(t)))
+	require.NoError(t, f.l.Close(ctxT(t)))
+	spooled, journals = SpoolBacklog(f.dir)
+	require.Zero(t, spooled)
+	require.Zero(t, journals, "a ledger that wrote every row leaves nothing")
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/edgegw/gateway/bench/child"
 	"github.com/edgegw/gateway/bench/faults"
 	"github.com/edgegw/gateway/bench/load"
+	"github.com/edgegw/gateway/storage"
 )
 
 func listen(addr string) (net.Listener, error) {
@@ -255,7 +256,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// Rows the ledger spooled during the run are rows PostgreSQL did not
 	// keep up with: their CPU is not in the figures above.
-	if n := spooledBytes(spool); n > 0 {
+	if n, _ := storage.SpoolBacklog(spool); n > 0 {
 		fmt.Fprintf(stdout, "\nledger: the gateway spooled %.1f MiB of rows PostgreSQL did not take during the run; "+
 			"PostgreSQL's CPU above is short of what the run's rows cost\n", float64(n)/(1<<20))
 	}
@@ -267,27 +268,16 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// spooledBytes is the size of the ledger spool segments in dir: rows the
-// gateway could not hand to PostgreSQL as fast as it served them.
-func spooledBytes(dir string) int64 {
-	matches, _ := filepath.Glob(filepath.Join(dir, "*.spool"))
-	var n int64
-	for _, m := range matches {
-		if fi, err := os.Stat(m); err == nil {
-			n += fi.Size()
-		}
-	}
-	return n
-}
-
 // keepBacklog removes a run's spool directory once its gateway has
-// stopped, unless rows are left in it: those are ledger rows PostgreSQL
-// has not received yet, and a gateway started with --ledger-spool-dir on
-// it writes them.
+// stopped, unless rows are left in it: spool segments, or the journal of a
+// gateway that could not write its last rows (or was killed). Those are
+// ledger rows PostgreSQL has not received yet, and a gateway started with
+// --ledger-spool-dir on it writes them.
 func keepBacklog(dir string, stderr io.Writer) {
-	if n := spooledBytes(dir); n > 0 {
-		fmt.Fprintf(stderr, "gwbench: %.1f MiB of ledger rows wait in %s; `gateway serve --ledger-spool-dir %s` writes them\n",
-			float64(n)/(1<<20), dir, dir)
+	spooled, journals := storage.SpoolBacklog(dir)
+	if spooled > 0 || journals > 0 {
+		fmt.Fprintf(stderr, "gwbench: ledger rows wait in %s (%.1f MiB spooled, %d journals); `gateway serve --ledger-spool-dir %s` writes them\n",
+			dir, float64(spooled)/(1<<20), journals, dir)
 		return
 	}
 	_ = os.RemoveAll(dir)

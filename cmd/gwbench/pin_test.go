@@ -68,11 +68,11 @@ func TestPlacementNamesTheCPUs(t *testing.T) {
 }
 
 // A run's spool directory goes once its gateway has left nothing in it,
-// and stays, named, while rows wait there for PostgreSQL.
+// and stays, named, while rows wait there for PostgreSQL: in a spool
+// segment, or in the journal of a gateway that did not write them.
 func TestKeepBacklogOnlyWhileRowsWait(t *testing.T) {
 	empty := t.TempDir() + "/ledger-spool-a"
 	require.NoError(t, os.MkdirAll(empty, 0o755))
-	require.NoError(t, os.WriteFile(empty+"/ledger-h-1-x.journal", make([]byte, 64), 0o600))
 	var out strings.Builder
 	keepBacklog(empty, &out)
 	require.NoDirExists(t, empty)
@@ -81,8 +81,15 @@ func TestKeepBacklogOnlyWhileRowsWait(t *testing.T) {
 	full := t.TempDir() + "/ledger-spool-b"
 	require.NoError(t, os.MkdirAll(full, 0o755))
 	require.NoError(t, os.WriteFile(full+"/ledger-h-1-x-000001.spool", make([]byte, 3<<20), 0o600))
-	require.Equal(t, int64(3<<20), spooledBytes(full))
 	keepBacklog(full, &out)
 	require.DirExists(t, full)
-	require.Contains(t, out.String(), "3.0 MiB of ledger rows wait in "+full)
+	require.Contains(t, out.String(), "ledger rows wait in "+full+" (3.0 MiB spooled, 0 journals)")
+
+	killed := t.TempDir() + "/ledger-spool-c"
+	require.NoError(t, os.MkdirAll(killed, 0o755))
+	require.NoError(t, os.WriteFile(killed+"/ledger-h-1-x.journal", make([]byte, 64), 0o600))
+	out.Reset()
+	keepBacklog(killed, &out)
+	require.DirExists(t, killed)
+	require.Contains(t, out.String(), "ledger rows wait in "+killed+" (0.0 MiB spooled, 1 journals)")
 }
