@@ -123,7 +123,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if dbURL == "" {
 		return usagef("--database-url (or DATABASE_URL) is required: `make bench` starts a private PostgreSQL")
 	}
-	if !slices.ContainsFunc(procs, func(p load.Proc) bool { return p.Name == "postgres" }) {
+	if !slices.ContainsFunc(procs, func(p load.Proc) bool { return p.Name == postgresProc }) {
 		if pg, ok := localPostgres(ctx, dbURL); ok {
 			procs = append(procs, pg)
 		}

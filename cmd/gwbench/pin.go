@@ -63,8 +63,7 @@ func placement(p *pinPlan) string {
 		return fmt.Sprintf("targets and PostgreSQL on CPU %s; the simulator and the load generator on CPU %s",
 			formatCPUs(p.targets), formatCPUs(p.rest))
 	}
-	pn := newPinner()
-	if cpus, err := pn.allowed(os.Getpid()); err == nil {
+	if cpus, err := allowedCPUs(os.Getpid()); err == nil {
 		return "shared: the targets, the simulator, PostgreSQL and the load generator on CPU " + formatCPUs(cpus)
 	}
 	return "shared by every process"
@@ -78,7 +77,7 @@ func newPinPlan(list string) (*pinPlan, error) {
 		return nil, err
 	}
 	p := &pinPlan{pinner: newPinner()}
-	allowed, err := p.allowed(os.Getpid())
+	allowed, err := allowedCPUs(os.Getpid())
 	if err != nil {
 		return nil, fmt.Errorf("--pin-targets: %w", err)
 	}
@@ -113,7 +112,7 @@ func (p *pinPlan) apply(targets []load.Target, sim int) error {
 	for _, t := range targets {
 		for _, proc := range t.Procs {
 			cpus := p.rest
-			if (proc.Own && proc.PID != sim) || proc.Name == "postgres" {
+			if (proc.Own && proc.PID != sim) || proc.Name == postgresProc {
 				cpus = p.targets
 			}
 			if err := p.pin(proc.PID, cpus, !proc.Alone); err != nil {

@@ -23,8 +23,8 @@ func newPinner() pinner {
 	return pinner{saved: map[int]unix.CPUSet{}, roots: map[int]unix.CPUSet{}}
 }
 
-// allowed lists the CPUs pid may run on.
-func (p *pinner) allowed(pid int) ([]int, error) {
+// allowedCPUs lists the CPUs pid may run on.
+func allowedCPUs(pid int) ([]int, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(pid, &set); err != nil {
 		return nil, err

@@ -18,7 +18,7 @@ import (
 // started during the pin is back on the root's.
 func TestPinMovesATreeAndRestorePutsItBack(t *testing.T) {
 	p := newPinner()
-	allowed, err := p.allowed(os.Getpid())
+	allowed, err := allowedCPUs(os.Getpid())
 	require.NoError(t, err)
 	// The last CPU alone differs from what the tree starts with wherever
 	// there are two.
@@ -42,7 +42,7 @@ func TestPinMovesATreeAndRestorePutsItBack(t *testing.T) {
 
 	require.NoError(t, p.pin(root, target, true))
 	for _, pid := range []int{root, first} {
-		got, err := p.allowed(pid)
+		got, err := allowedCPUs(pid)
 		require.NoError(t, err)
 		require.Equal(t, target, got, "pid %d", pid)
 	}
@@ -56,13 +56,13 @@ func TestPinMovesATreeAndRestorePutsItBack(t *testing.T) {
 			second = pid
 		}
 	}
-	got, err := p.allowed(second)
+	got, err := allowedCPUs(second)
 	require.NoError(t, err)
 	require.Equal(t, target, got, "a child started under a pin inherits it")
 
 	p.restore()
 	for _, pid := range []int{root, first, second} {
-		got, err := p.allowed(pid)
+		got, err := allowedCPUs(pid)
 		require.NoError(t, err)
 		require.Equal(t, allowed, got, "pid %d after restore", pid)
 	}

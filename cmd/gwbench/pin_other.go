@@ -12,6 +12,6 @@ func newPinner() pinner { return pinner{} }
 
 var errPinLinux = errors.New("pinning processes to CPUs needs Linux")
 
-func (p *pinner) allowed(int) ([]int, error) { return nil, errPinLinux }
+func allowedCPUs(int) ([]int, error)         { return nil, errPinLinux }
 func (p *pinner) pin(int, []int, bool) error { return errPinLinux }
 func (p *pinner) restore()                   {}

@@ -34,19 +34,11 @@ func TestPinPlanKeepsACPUForTheRest(t *testing.T) {
 		require.ErrorContains(t, err, "needs Linux")
 		return
 	}
-	p := newPinner()
-	allowed, err := p.allowed(os.Getpid())
+	allowed, err := allowedCPUs(os.Getpid())
 	require.NoError(t, err)
 	require.NotEmpty(t, allowed)
 
-	all := ""
-	for i, c := range allowed {
-		if i > 0 {
-			all += ","
-		}
-		all += strconv.Itoa(c)
-	}
-	_, err = newPinPlan(all)
+	_, err = newPinPlan(formatCPUs(allowed))
 	require.ErrorContains(t, err, "leaves no CPU for the load generator")
 	_, err = newPinPlan(strconv.Itoa(allowed[len(allowed)-1] + 1))
 	require.ErrorContains(t, err, "is not one this process may run on")

@@ -9,6 +9,10 @@ import (
 	"github.com/edgegw/gateway/bench/load"
 )
 
+// postgresProc names PostgreSQL among the processes a run measures, as
+// --pid postgres=PID does.
+const postgresProc = "postgres"
+
 // localPostgres finds the postmaster of the PostgreSQL at dbURL when it
 // runs on this machine, so that local measures it beside every target
 // without --pid: the gateway's ledger writes cost PostgreSQL CPU on the
@@ -35,5 +39,5 @@ func localPostgres(ctx context.Context, dbURL string) (load.Proc, bool) {
 	if err != nil || parent.Comm != "postgres" {
 		return load.Proc{}, false
 	}
-	return load.Proc{Name: "postgres", PID: parent.PID}, true
+	return load.Proc{Name: postgresProc, PID: parent.PID}, true
 }
