@@ -67,3 +67,58 @@ func TestPinMovesATreeAndRestorePutsItBack(t *testing.T) {
 		require.Equal(t, allowed, got, "pid %d after restore", pid)
 	}
 }
+
+// apply puts each process where the plan says: a target's own process and
+// PostgreSQL (with its backends) on the targets' CPUs; the simulator, which
+// every target drives, on the rest; the load generator's threads on the
+// rest, and not its children, which are the targets.
+func TestApplyPinsTargetsAndPostgresApartFromTheLoad(t *testing.T) {
+	allowed, err := allowedCPUs(os.Getpid())
+	require.NoError(t, err)
+	// Wherever there are two CPUs the two sides differ.
+	plan := &pinPlan{targets: allowed[len(allowed)-1:], rest: allowed[:1], pinner: newPinner()}
+	t.Cleanup(plan.restore)
+
+	start := func(script string) int {
+		cmd := exec.Command("sh", "-c", script)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() {
+			for _, pid := range load.Descendants(cmd.Process.Pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		return cmd.Process.Pid
+	}
+	proxy, sim, other := start("exec sleep 60"), start("exec sleep 60"), start("exec sleep 60")
+	pg := start("sleep 60 & wait")
+	require.Eventually(t, func() bool { return len(load.Descendants(pg)) == 1 }, 10*time.Second, 10*time.Millisecond)
+	backend := load.Descendants(pg)[0]
+
+	targets := []load.Target{{Name: "gateway", Procs: []load.Proc{
+		{Name: "gateway", PID: proxy, Own: true},
+		{Name: "simulator", PID: sim},
+		{Name: postgresProc, PID: pg},
+		{Name: "load generator", PID: os.Getpid(), Alone: true},
+	}}}
+	require.NoError(t, plan.apply(targets, sim))
+
+	for pid, want := range map[int][]int{proxy: plan.targets, pg: plan.targets, backend: plan.targets, sim: plan.rest, other: allowed} {
+		got, err := allowedCPUs(pid)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "pid %d", pid)
+	}
+	for _, tid := range threads(os.Getpid()) {
+		got, err := allowedCPUs(tid)
+		require.NoError(t, err)
+		require.Equal(t, plan.rest, got, "the load generator's thread %d", tid)
+	}
+
+	plan.restore()
+	for _, pid := range []int{proxy, pg, backend, sim, os.Getpid()} {
+		got, err := allowedCPUs(pid)
+		require.NoError(t, err)
+		require.Equal(t, allowed, got, "pid %d after restore", pid)
+	}
+}
