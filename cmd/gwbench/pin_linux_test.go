@@ -25,18 +25,7 @@ func TestPinMovesATreeAndRestorePutsItBack(t *testing.T) {
 	target := []int{allowed[len(allowed)-1]}
 
 	// A shell with one child now, and one more when a line arrives.
-	cmd := exec.Command("sh", "-c", "sleep 60 & read line; sleep 60 & wait")
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		for _, pid := range load.Descendants(cmd.Process.Pid) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	root := cmd.Process.Pid
+	root, stdin := startShell(t, "sleep 60 & read line; sleep 60 & wait")
 	require.Eventually(t, func() bool { return len(load.Descendants(root)) == 1 }, 10*time.Second, 10*time.Millisecond)
 	first := load.Descendants(root)[0]
 
@@ -80,16 +69,8 @@ func TestApplyPinsTargetsAndPostgresApartFromTheLoad(t *testing.T) {
 	t.Cleanup(plan.restore)
 
 	start := func(script string) int {
-		cmd := exec.Command("sh", "-c", script)
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() {
-			for _, pid := range load.Descendants(cmd.Process.Pid) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-		return cmd.Process.Pid
+		pid, _ := startShell(t, script)
+		return pid
 	}
 	proxy, sim, other := start("exec sleep 60"), start("exec sleep 60"), start("exec sleep 60")
 	pg := start("sleep 60 & wait")
@@ -121,4 +102,22 @@ func TestApplyPinsTargetsAndPostgresApartFromTheLoad(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, allowed, got, "pid %d after restore", pid)
 	}
+}
+
+// startShell starts sh -c script, killed with every process below it when
+// the test ends, and returns its pid and its standard input.
+func startShell(t *testing.T, script string) (int, io.Writer) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		for _, pid := range load.Descendants(cmd.Process.Pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd.Process.Pid, stdin
 }
