@@ -10,12 +10,17 @@ import (
 )
 
 // Relay is a TCP forwarder between a client and a server (PostgreSQL,
-// Redis) that a test cuts — listener and every connection closed, as when
-// the server dies — and restores on the same address.
+// Redis) that a test cuts, as when the server dies: every connection is
+// closed, and each new one is closed as soon as it is accepted, until the
+// test restores it. The relay keeps its address while cut. A listener
+// closed for the outage would free its port for any other process of the
+// test run to bind, and a client dialling it would then reach that process
+// (one that never answers, say) instead of an outage.
 type Relay struct {
 	target, addr string
-	mu           sync.Mutex
 	ln           net.Listener
+	mu           sync.Mutex
+	cut          bool
 	conns        map[net.Conn]struct{}
 }
 
@@ -24,45 +29,50 @@ func StartRelay(t testing.TB, target string) *Relay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	r := &Relay{target: target, addr: ln.Addr().String(), conns: make(map[net.Conn]struct{})}
-	r.serve(ln)
-	t.Cleanup(r.Cut)
+	r := &Relay{target: target, addr: ln.Addr().String(), ln: ln, conns: make(map[net.Conn]struct{})}
+	go r.serve()
+	t.Cleanup(r.close)
 	return r
 }
 
 // Addr is the relay's address, to give clients instead of the target's.
 func (r *Relay) Addr() string { return r.addr }
 
-func (r *Relay) serve(ln net.Listener) {
-	r.mu.Lock()
-	r.ln = ln
-	r.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", r.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.mu.Lock()
-			live := r.ln == ln
-			if live {
-				r.conns[c], r.conns[up] = struct{}{}, struct{}{}
-			}
-			r.mu.Unlock()
-			if !live {
-				c.Close()
-				up.Close()
-				continue
-			}
-			go r.pipe(c, up)
-			go r.pipe(up, c)
+func (r *Relay) serve() {
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
 		}
-	}()
+		if r.isCut() {
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", r.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		r.mu.Lock()
+		live := !r.cut
+		if live {
+			r.conns[c], r.conns[up] = struct{}{}, struct{}{}
+		}
+		r.mu.Unlock()
+		if !live {
+			c.Close()
+			up.Close()
+			continue
+		}
+		go r.pipe(c, up)
+		go r.pipe(up, c)
+	}
+}
+
+func (r *Relay) isCut() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cut
 }
 
 func (r *Relay) pipe(dst, src net.Conn) {
@@ -75,25 +85,28 @@ func (r *Relay) pipe(dst, src net.Conn) {
 	r.mu.Unlock()
 }
 
-// Cut closes the listener and every connection through the relay. Cutting
-// twice is harmless.
+// Cut closes every connection through the relay and every one made until
+// Restore. Cutting twice is harmless.
 func (r *Relay) Cut() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ln != nil {
-		r.ln.Close()
-		r.ln = nil
-	}
+	r.cut = true
 	for c := range r.conns {
 		c.Close()
 	}
 	clear(r.conns)
 }
 
-// Restore listens again on the relay's address.
+// Restore forwards new connections again.
 func (r *Relay) Restore(t testing.TB) {
 	t.Helper()
-	ln, err := net.Listen("tcp", r.addr)
-	require.NoError(t, err)
-	r.serve(ln)
+	r.mu.Lock()
+	r.cut = false
+	r.mu.Unlock()
+}
+
+// close ends the relay at the test's end.
+func (r *Relay) close() {
+	r.ln.Close()
+	r.Cut()
 }
