@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/storage"
@@ -30,14 +31,17 @@ type loadResult struct {
 	done                chan struct{}
 }
 
-// load sends chat requests from workers goroutines, each with a request id
-// of its own, until stop is closed.
-// answered waits until n requests of the load have been answered.
+// answered waits until n requests of the load have been answered; when
+// they are not, it says how far the load got and what failed.
 func (r *loadResult) answered(t *testing.T, n int64, msg string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return r.ok.Load() >= n }, 15*time.Second, 2*time.Millisecond, msg)
+	if !assert.Eventually(t, func() bool { return r.ok.Load() >= n }, 15*time.Second, 2*time.Millisecond, msg) {
+		t.Fatalf("%s: %d answered of %d awaited, %d sent; failures: %q", msg, r.ok.Load(), n, r.sent.Load(), r.failed())
+	}
 }
 
+// load sends chat requests from workers goroutines, each with a request id
+// of its own, until stop is closed.
 func load(addr, key string, workers int, stop <-chan struct{}) *loadResult {
 	res := &loadResult{done: make(chan struct{})}
 	body, _ := json.Marshal(chatBody("Hi [[sim:tokens=2]]"))
