@@ -91,6 +91,12 @@ type Verifier struct {
 	live      atomic.Bool
 	unknown   unknownKeys
 
+	// downUntil is when the source may be asked again after a lookup it
+	// failed (monotonic nanoseconds; 0 while it answers), and probing is
+	// set while one request asks it.
+	downUntil atomic.Int64
+	probing   atomic.Bool
+
 	hits, misses, staleServed, lookupErrors, unknownHits atomic.Uint64
 }
 
@@ -195,22 +201,42 @@ func (v *Verifier) entry(h TokenHash, kind TokenKind) (*keyEntry, *codec.Error) 
 	}
 	v.misses.Add(1)
 	start := v.mono()
+	// After a failed lookup, the source is asked again once a lookup's
+	// bound has passed, by one request at a time: the others are answered
+	// as if it had failed again. A source that hangs instead of refusing
+	// would otherwise hold every request for the whole bound.
+	down := v.downUntil.Load()
+	if down != 0 && (start < down || !v.probing.CompareAndSwap(false, true)) {
+		return v.unreachable(cached, ok)
+	}
 	e, err := v.fetch(h, kind)
+	if down != 0 {
+		v.probing.Store(false)
+	}
 	switch {
 	case err == nil:
+		v.downUntil.Store(0)
 		return e, nil
 	case errors.Is(err, ErrKeyNotFound):
+		v.downUntil.Store(0)
 		v.rememberUnknown(h, start)
 		return nil, codec.ErrUnauthorized
-	case ok:
-		// The source cannot answer; the last record it gave is better than
-		// refusing every caller while PostgreSQL is away.
+	default:
+		v.downUntil.Store(v.mono() + int64(v.cfg.LookupTimeout))
+		return v.unreachable(cached, ok)
+	}
+}
+
+// unreachable answers a request whose key the source cannot look up: from
+// the last record the source gave, which is better than refusing every
+// caller while PostgreSQL is away, or else 503.
+func (v *Verifier) unreachable(cached *keyEntry, ok bool) (*keyEntry, *codec.Error) {
+	if ok {
 		v.staleServed.Add(1)
 		return cached, nil
-	default:
-		v.lookupErrors.Add(1)
-		return nil, codec.ErrServiceUnavailable
 	}
+	v.lookupErrors.Add(1)
+	return nil, codec.ErrServiceUnavailable
 }
 
 // fetch asks the KeySource under its own timeout. It takes no caller
@@ -299,6 +325,8 @@ func (v *Verifier) Reset() {
 // Going live resets the cache, since anything may have changed meanwhile.
 func (v *Verifier) SetLive(live bool) {
 	if live {
+		// The channel reached PostgreSQL: ask it again at once.
+		v.downUntil.Store(0)
 		v.Reset()
 	}
 	v.live.Store(live)

@@ -293,3 +293,112 @@ func BenchmarkAppendRequestID(b *testing.B) {
 		buf = AppendRequestID(buf[:0], now)
 	}
 }
+
+// hungSource is a memSource that, when hang is set, accepts a lookup and
+// never answers it, as a server behind a dead network path does.
+type hungSource struct {
+	*memSource
+	hang atomic.Bool
+}
+
+func (s *hungSource) LookupKey(ctx context.Context, h TokenHash) (*Principal, error) {
+	if s.hang.Load() {
+		s.lookups.Add(1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.memSource.LookupKey(ctx, h)
+}
+
+// A source that hangs holds one request for a lookup's bound; the requests
+// after it, within the bound, are answered at once without asking it.
+func TestAHungSourceIsWaitedOnOncePerBound(t *testing.T) {
+	src := &hungSource{memSource: newMemSource()}
+	v := newTestVerifier(t, src)
+	tok := addUser(src.memSource, Principal{KeyID: "k1"})
+	_, cerr := v.VerifyUser(bearer(tok))
+	require.Nil(t, cerr)
+	settle(v)
+
+	v.SetLive(false)
+	src.hang.Store(true)
+	p, cerr := v.VerifyUser(bearer(tok))
+	require.Nil(t, cerr, "the known key is served once the lookup gives up")
+	require.Equal(t, "k1", p.KeyID)
+	asked := src.lookups.Load()
+	for range 20 {
+		p, cerr = v.VerifyUser(bearer(tok))
+		require.Nil(t, cerr)
+		require.Equal(t, "k1", p.KeyID)
+	}
+	fresh := addUser(src.memSource, Principal{KeyID: "k2"})
+	_, cerr = v.VerifyUser(bearer(fresh))
+	require.Equal(t, codec.CodeServiceUnavailable, cerr.Code, "an unknown key still cannot be verified")
+	require.Equal(t, asked, src.lookups.Load(), "within the bound the source is not asked again")
+	require.Equal(t, uint64(21), v.Stats().StaleServed)
+
+	// The notification channel listening again means PostgreSQL answers:
+	// the source is asked at once.
+	src.hang.Store(false)
+	v.SetLive(true)
+	p, cerr = v.VerifyUser(bearer(fresh))
+	require.Nil(t, cerr)
+	require.Equal(t, "k2", p.KeyID)
+}
+
+// Once the bound has passed, one request asks the source again; the others
+// are answered meanwhile, not held behind it.
+func TestOneRequestAsksAFailedSourceAgain(t *testing.T) {
+	src := newMemSource()
+	v := newTestVerifier(t, src)
+	tok := addUser(src, Principal{KeyID: "k1"})
+	_, cerr := v.VerifyUser(bearer(tok))
+	require.Nil(t, cerr)
+	settle(v)
+
+	v.SetLive(false)
+	src.mu.Lock()
+	src.down = true
+	src.mu.Unlock()
+	_, cerr = v.VerifyUser(bearer(tok))
+	require.Nil(t, cerr)
+	require.Positive(t, v.downUntil.Load(), "a failed lookup starts a bound")
+
+	v.downUntil.Store(1) // the bound has passed
+	gate := make(chan struct{})
+	src.mu.Lock()
+	src.gate = gate
+	src.mu.Unlock()
+	asked := src.lookups.Load()
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		_, _ = v.VerifyUser(bearer(tok))
+	}()
+	require.Eventually(t, func() bool { return src.lookups.Load() == asked+1 }, 5*time.Second, time.Millisecond)
+
+	others := make(chan struct{})
+	go func() {
+		defer close(others)
+		for range 10 {
+			p, cerr := v.VerifyUser(bearer(tok))
+			if cerr != nil || p.KeyID != "k1" {
+				return
+			}
+		}
+	}()
+	require.Eventually(t, func() bool {
+		select {
+		case <-others:
+			return true
+		default:
+			return false
+		}
+	}, 5*time.Second, time.Millisecond, "the others are not held behind the probe")
+	require.Equal(t, asked+1, src.lookups.Load(), "one request asks the source")
+
+	close(gate)
+	<-probed
+	require.Greater(t, v.downUntil.Load(), int64(1), "the failed probe starts a new bound")
+	require.Equal(t, uint64(12), v.Stats().StaleServed)
+}
