@@ -183,17 +183,24 @@ func TestResetRefetchesEverything(t *testing.T) {
 	require.Same(t, codec.ErrAccountSuspended, cerr)
 }
 
-func TestNotLiveBypassesCacheButServesStaleWhenSourceIsDown(t *testing.T) {
-	src := newMemSource()
+// cachedNotLive returns a verifier over src that holds the record of a
+// fresh key k1 of users and is no longer live, and k1's token.
+func cachedNotLive(t *testing.T, src KeySource, users *memSource) (*Verifier, string) {
+	t.Helper()
 	v := newTestVerifier(t, src)
-	tok := addUser(src, Principal{KeyID: "k1"})
+	tok := addUser(users, Principal{KeyID: "k1"})
 	_, cerr := v.VerifyUser(bearer(tok))
 	require.Nil(t, cerr)
 	settle(v)
-
 	v.SetLive(false)
+	return v, tok
+}
+
+func TestNotLiveBypassesCacheButServesStaleWhenSourceIsDown(t *testing.T) {
+	src := newMemSource()
+	v, tok := cachedNotLive(t, src, src)
 	before := src.lookups.Load()
-	_, cerr = v.VerifyUser(bearer(tok))
+	_, cerr := v.VerifyUser(bearer(tok))
 	require.Nil(t, cerr)
 	require.Equal(t, before+1, src.lookups.Load(), "not live: every request asks the source")
 
@@ -314,13 +321,7 @@ func (s *hungSource) LookupKey(ctx context.Context, h TokenHash) (*Principal, er
 // after it, within the bound, are answered at once without asking it.
 func TestAHungSourceIsWaitedOnOncePerBound(t *testing.T) {
 	src := &hungSource{memSource: newMemSource()}
-	v := newTestVerifier(t, src)
-	tok := addUser(src.memSource, Principal{KeyID: "k1"})
-	_, cerr := v.VerifyUser(bearer(tok))
-	require.Nil(t, cerr)
-	settle(v)
-
-	v.SetLive(false)
+	v, tok := cachedNotLive(t, src, src.memSource)
 	src.hang.Store(true)
 	p, cerr := v.VerifyUser(bearer(tok))
 	require.Nil(t, cerr, "the known key is served once the lookup gives up")
@@ -350,17 +351,11 @@ func TestAHungSourceIsWaitedOnOncePerBound(t *testing.T) {
 // are answered meanwhile, not held behind it.
 func TestOneRequestAsksAFailedSourceAgain(t *testing.T) {
 	src := newMemSource()
-	v := newTestVerifier(t, src)
-	tok := addUser(src, Principal{KeyID: "k1"})
-	_, cerr := v.VerifyUser(bearer(tok))
-	require.Nil(t, cerr)
-	settle(v)
-
-	v.SetLive(false)
+	v, tok := cachedNotLive(t, src, src)
 	src.mu.Lock()
 	src.down = true
 	src.mu.Unlock()
-	_, cerr = v.VerifyUser(bearer(tok))
+	_, cerr := v.VerifyUser(bearer(tok))
 	require.Nil(t, cerr)
 	require.Positive(t, v.downUntil.Load(), "a failed lookup starts a bound")
 
