@@ -205,14 +205,13 @@ func (v *Verifier) entry(h TokenHash, kind TokenKind) (*keyEntry, *codec.Error) 
 	// bound has passed, by one request at a time: the others are answered
 	// as if it had failed again. A source that hangs instead of refusing
 	// would otherwise hold every request for the whole bound.
-	down := v.downUntil.Load()
-	if down != 0 && (start < down || !v.probing.CompareAndSwap(false, true)) {
-		return v.unreachable(cached, ok)
+	if down := v.downUntil.Load(); down != 0 {
+		if start < down || !v.probing.CompareAndSwap(false, true) {
+			return v.unreachable(cached, ok)
+		}
+		defer v.probing.Store(false)
 	}
 	e, err := v.fetch(h, kind)
-	if down != 0 {
-		v.probing.Store(false)
-	}
 	switch {
 	case err == nil:
 		v.downUntil.Store(0)

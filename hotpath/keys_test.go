@@ -396,4 +396,15 @@ func TestOneRequestAsksAFailedSourceAgain(t *testing.T) {
 	<-probed
 	require.Greater(t, v.downUntil.Load(), int64(1), "the failed probe starts a new bound")
 	require.Equal(t, uint64(12), v.Stats().StaleServed)
+
+	// The source is back when the next bound has passed: the next request
+	// asks it, and the memory of the failure ends.
+	src.mu.Lock()
+	src.down, src.gate = false, nil
+	src.mu.Unlock()
+	v.downUntil.Store(1)
+	_, cerr = v.VerifyUser(bearer(tok))
+	require.Nil(t, cerr)
+	require.Equal(t, asked+2, src.lookups.Load())
+	require.Zero(t, v.downUntil.Load())
 }
