@@ -215,7 +215,7 @@ func TestLedgerLosesNothingWhenPostgresIsCut(t *testing.T) {
 	// Rows queued before the cut can fill the spool on their own: wait for
 	// recording itself to go on, which it must without blocking.
 	waitFor("recording went on during the outage", func() bool { return recorded.Load() > cutAt+2000 })
-	fwd.Restore(t)
+	fwd.Restore()
 	waitFor("the spool replayed", func() bool { return l.counter("gateway_ledger_rows_replayed_total") >= 1000 })
 	written := l.counter("gateway_ledger_rows_written_total")
 	waitFor("fresh rows written again", func() bool { return l.counter("gateway_ledger_rows_written_total") >= written+1000 })

@@ -119,7 +119,7 @@ func TestRedisDiesUnderLoad(t *testing.T) {
 	relay.Cut()
 	require.Eventually(t, func() bool { return res.unmetered.Load() >= 20 }, 15*time.Second, 5*time.Millisecond,
 		"requests are served unmetered during the outage")
-	relay.Restore(t)
+	relay.Restore()
 	metered := func() int64 { return res.ok.Load() - res.unmetered.Load() }
 	before := metered()
 	require.Eventually(t, func() bool { return metered() >= before+20 }, 15*time.Second, 5*time.Millisecond,
@@ -163,7 +163,7 @@ func TestPostgresDiesUnderLoad(t *testing.T) {
 		15*time.Second, 5*time.Millisecond, "the ledger spools while PostgreSQL is away")
 	res.answered(t, cut+40, "requests answered during the outage")
 	during := res.ok.Load() - cut
-	relay.Restore(t)
+	relay.Restore()
 	require.Eventually(t, func() bool { return strings.Contains(a.logs.String(), "ledger writes to PostgreSQL again") },
 		15*time.Second, 5*time.Millisecond, "the ledger writes to PostgreSQL again")
 	res.answered(t, res.ok.Load()+40, "load after the outage")

@@ -73,6 +73,6 @@ func TestRelayKeepsItsAddressWhileCut(t *testing.T) {
 	}
 	require.Error(t, err, "the port stays the relay's")
 
-	r.Restore(t)
+	r.Restore()
 	require.True(t, roundTrip(t, r.Addr()))
 }
