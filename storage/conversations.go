@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -147,6 +148,33 @@ func scanConversation(row pgx.Row, withPermission bool) (Conversation, error) {
 func ValidUUID(s string) bool {
 	var b [16]byte
 	return parseUUID(&b, s)
+}
+
+// canonUUID reports whether *s is a UUID and, when it is, rewrites it as
+// PostgreSQL prints a uuid (lower case). A client may send an id in any
+// case and PostgreSQL matches it either way, but an id compared in Go (the
+// vault's owner, a member's role read into a map) must be in the form the
+// database reads back, or an upper-case id names the same row while
+// escaping the check.
+func canonUUID(s *string) bool {
+	if !ValidUUID(*s) {
+		return false
+	}
+	if strings.ContainsAny(*s, "ABCDEF") {
+		*s = canonicalUUID(*s)
+	}
+	return true
+}
+
+// canonicalUUID is id as PostgreSQL prints a uuid: lower case.
+func canonicalUUID(id string) string {
+	b := []byte(id)
+	for i, c := range b {
+		if c >= 'A' && c <= 'F' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // CreateConversation creates a conversation of userID in orgID. A vault

@@ -256,17 +256,6 @@ func missingFile(ctx context.Context, q convQuerier, userID, orgID string, ids [
 	return "", nil
 }
 
-// canonicalUUID is id as PostgreSQL prints a uuid: lower case.
-func canonicalUUID(id string) string {
-	b := []byte(id)
-	for i, c := range b {
-		if c >= 'A' && c <= 'F' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
-
 // Files joins the file records with the store that holds their bytes: it
 // is chat's hotpath.FileSource.
 type Files struct {

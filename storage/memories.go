@@ -234,9 +234,11 @@ func (db *DB) Candidates(ctx context.Context, c memory.Caller, text string) ([]m
 // and keeps the first memory.MaxMentions of the rest.
 func (db *DB) acceptedMentions(ctx context.Context, c memory.Caller) ([]string, error) {
 	var ids []string
+	active := c.VaultID
+	canonUUID(&active)
 	for _, id := range c.Mentions {
-		if ValidUUID(id) && id != c.VaultID {
-			ids = append(ids, strings.ToLower(id))
+		if canonUUID(&id) && id != active {
+			ids = append(ids, id)
 		}
 	}
 	if len(ids) == 0 {

@@ -35,7 +35,7 @@ func TestMentionsUseTheFirstThreeReadable(t *testing.T) {
 	v := []string{vault(ada.ID, "One"), vault(ada.ID, "Two"), vault(ada.ID, "Three"), vault(ada.ID, "Four")}
 	hidden := vault(eve.ID, "Eve's") // ada cannot read it
 
-	mentions := []string{"garbage", active, hidden, v[0], strings.ToUpper(v[0]), v[1], v[2], v[3]}
+	mentions := []string{"garbage", active, strings.ToUpper(active), hidden, v[0], strings.ToUpper(v[0]), v[1], v[2], v[3]}
 	cands, err := db.Candidates(ctx, memory.Caller{OrgID: org.ID, UserID: ada.ID, VaultID: active, Mentions: mentions}, "notes")
 	require.NoError(t, err)
 	marked := map[string]bool{}

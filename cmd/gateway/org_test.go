@@ -153,6 +153,7 @@ func TestOrgRoles(t *testing.T) {
 
 	t.Run("owners are immutable", func(t *testing.T) {
 		requireError(t, adm.do(t, "DELETE", "/api/v1/org/members/"+owner.userID, nil), 403, "org_forbidden")
+		requireError(t, adm.do(t, "DELETE", "/api/v1/org/members/"+strings.ToUpper(owner.userID), nil), 403, "org_forbidden")
 		requireError(t, adm.do(t, "PATCH", "/api/v1/org/members/"+owner.userID, map[string]any{"role": "member"}), 403, "org_forbidden")
 		requireError(t, owner.do(t, "PATCH", "/api/v1/org/members/"+owner.userID, map[string]any{"role": "admin"}), 403, "org_forbidden")
 		requireError(t, owner.do(t, "DELETE", "/api/v1/org/memberships/"+owner.orgID, nil), 403, "org_forbidden")
@@ -178,8 +179,11 @@ func TestOrgRoles(t *testing.T) {
 		require.Equal(t, "admin", r.body["role"])
 		// The promoted member's key carries the new role on its next request.
 		require.Equal(t, 200, mem.do(t, "GET", "/api/v1/org/members", nil).status)
-		r = adm.do(t, "PATCH", "/api/v1/org/members/"+mem.userID, map[string]any{"role": "member"})
+		// An id in upper case names the same member.
+		r = adm.do(t, "PATCH", "/api/v1/org/members/"+strings.ToUpper(mem.userID), map[string]any{"role": "member"})
+		require.Equal(t, 200, r.status, "%s", r.raw)
 		require.Equal(t, "member", r.body["role"])
+		require.Equal(t, mem.userID, r.body["user_id"])
 		requireError(t, mem.do(t, "GET", "/api/v1/org/members", nil), 403, "org_forbidden")
 	})
 	t.Run("memberships and leaving", func(t *testing.T) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -249,6 +250,15 @@ func TestVaultMembership(t *testing.T) {
 		requireError(t, adm.do(t, "PATCH", members+"/"+ada.userID, map[string]any{"can_write": false}), 403, "vault_forbidden")
 		requireError(t, adm.do(t, "DELETE", members+"/"+ada.userID, nil), 403, "vault_forbidden")
 		requireError(t, adm.do(t, "PUT", members+"/"+ada.userID+"/hold", nil), 403, "vault_forbidden")
+		// An id in upper case names the same user, and the same rule.
+		upper := strings.ToUpper(ada.userID)
+		requireError(t, adm.do(t, "PATCH", members+"/"+upper, map[string]any{"can_write": false}), 403, "vault_forbidden")
+		requireError(t, bob.do(t, "DELETE", members+"/"+upper, nil), 403, "vault_forbidden")
+		requireError(t, adm.do(t, "PUT", members+"/"+upper+"/hold", nil), 403, "vault_forbidden")
+		requireError(t, bob.do(t, "POST", members, map[string]any{"user_id": upper, "can_read": true}), 403, "vault_forbidden")
+		r := ada.do(t, "GET", "/api/v1/vaults/"+id, nil)
+		require.Equal(t, 200, r.status, "%s", r.raw)
+		require.Equal(t, map[string]any{"can_read": true, "can_write": true, "can_share": true, "can_administer": true}, perms(r.body))
 	})
 
 	t.Run("holds suspend without losing grants", func(t *testing.T) {
