@@ -62,14 +62,23 @@ type createKeyRequest struct {
 	SpendCapUSD *string  `json:"spend_cap_usd"`
 }
 
+// errLimitedKeyMints refuses a key with a spend cap or prepaid credit the
+// minting of keys: each key it minted would have a cap of its own, so ten
+// of them would spend ten times what the caller may.
+var errLimitedKeyMints = codec.NewError(codec.CodeKeyScopeForbidden,
+	"A key with a spend cap or prepaid credit cannot mint keys: each would spend beyond its limit.")
+
 // createKey issues a developer key to the caller, bound to the caller's
 // organization. A key never mints a broader key than itself: the new key's
-// scopes and models must lie within the caller's, and a read-only caller
-// mints nothing.
+// scopes and models must lie within the caller's, a read-only caller mints
+// nothing, and neither does a key whose spending is bounded.
 func (a *API) createKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	p := c.User
 	if p.ReadOnly {
 		return codec.ErrKeyReadOnly
+	}
+	if p.SpendCapMicros >= 0 || p.CreditsMicros >= 0 || p.Kind == hotpath.KindHeadless {
+		return errLimitedKeyMints
 	}
 	var req createKeyRequest
 	if body := ctx.PostBody(); len(body) > 0 {
@@ -82,7 +91,16 @@ func (a *API) createKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return codec.NewError(codec.CodeInvalidRequest, "allowed_scopes: "+err.Error())
 	}
 	if p.Scopes != 0 && (scopes == 0 || scopes&^p.Scopes != 0) {
-		return codec.NewError(codec.CodeKeyScopeForbidden, "A key cannot mint a key with scopes it does not hold itself.")
+		missing := hotpath.FamilyNone
+		for f := hotpath.FamilyChat; f.String() != "unknown"; f++ {
+			if scopes.Has(f) && !p.Scopes.Has(f) {
+				missing = f
+				break
+			}
+		}
+		return &codec.Error{Code: codec.CodeKeyScopeForbidden,
+			Message: "A key cannot mint a key with scopes it does not hold itself.",
+			Detail:  codec.Detail{RequiredScope: missing.String()}}
 	}
 	for _, m := range req.Models {
 		if !hotpath.IsTierName(m) {

@@ -222,7 +222,22 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 	if cerr := checkContentEncoding(ctx); cerr != nil {
 		return cerr
 	}
-	return h(ctx, c)
+	err = h(ctx, c)
+	if keyCheckRefusal(err) {
+		// A restriction the handler enforces (a read-only key on a write,
+		// a body field asking for a family the key lacks) is the key
+		// check's 403 all the same, and the spec lists it among the
+		// answers without rate-limit headers. The window was taken before
+		// the handler ran, so the request still counts in it.
+		dropRateHeaders(&ctx.Response.Header)
+	}
+	return err
+}
+
+// keyCheckRefusal reports whether err is one of the key check's 403s.
+func keyCheckRefusal(err error) bool {
+	var cerr *codec.Error
+	return errors.As(err, &cerr) && (cerr.Code == codec.CodeKeyScopeForbidden || cerr.Code == codec.CodeKeyReadOnly)
 }
 
 // authorize checks the caller's key or service token, its scope, and the
@@ -301,6 +316,18 @@ func setRateHeaders(ctx *fasthttp.RequestCtx, st meter.RateState) {
 		reset = time.Now().Add(meter.RateWindow).Unix()
 	}
 	h.SetCanonical(rateResetKey, appendInt(b[:0], int(reset)))
+}
+
+// dropRateHeaders removes what setRateHeaders set. They are stored as the
+// spec spells them, and Del would look for fasthttp's normalized spelling,
+// so normalization is off while they are deleted.
+func dropRateHeaders(h *fasthttp.ResponseHeader) {
+	if normalized := !h.DisableNormalizing(); normalized {
+		defer h.EnableNormalizing()
+	}
+	h.Del(headerRateLimit)
+	h.Del(headerRateRemaining)
+	h.Del(headerRateReset)
 }
 
 // fillUsage fills the caller's side of a ledger row: who, when, which route.

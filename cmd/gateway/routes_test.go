@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,10 +108,15 @@ func TestKeyConsole(t *testing.T) {
 	require.Equal(t, tn.orgID, r.body["org"].(map[string]any)["id"])
 	require.Equal(t, 200, ta.call(t, "GET", "/api/v1/me", newKey, nil).status)
 
+	require.NotEmpty(t, r.header.Get("X-RateLimit-Limit"), "the console's routes are metered")
 	r = ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{"allowed_scopes": []string{"memory"}})
 	require.Equal(t, 403, r.status, "no broader scopes than the caller's")
+	require.Equal(t, "key_scope_forbidden", r.body["code"])
+	require.Equal(t, "memory", r.body["required_scope"], "the field asked for a family the key lacks")
+	require.Empty(t, r.header.Get("X-RateLimit-Limit"), "a key check's 403 carries no rate-limit headers")
 	r = ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{})
 	require.Equal(t, 403, r.status, "an unscoped key is broader than a scoped caller")
+	require.Equal(t, "tokens", r.body["required_scope"], "the first family the caller lacks")
 	r = ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{"allowed_scopes": []string{"chat"}, "models": []string{"kavi"}})
 	require.Equal(t, 403, r.status)
 	require.Equal(t, "model_not_allowed", r.body["code"])
@@ -133,6 +139,35 @@ func TestKeyConsole(t *testing.T) {
 	r = ta.call(t, "DELETE", "/api/v1/keys/not-a-uuid", other.key, nil)
 	require.Equal(t, 404, r.status)
 	require.Equal(t, 200, ta.call(t, "GET", "/api/v1/me", newKey, nil).status)
+}
+
+// A key whose spending is bounded mints no key: each minted key would
+// carry a cap of its own, or none, and spend beyond the caller's limit.
+// A read-only key mints nothing either, and its 403 is the key check's.
+func TestBoundedKeysMintNoKeys(t *testing.T) {
+	ta := startTestApp(t)
+	for _, flags := range [][]string{
+		{"--spend-cap-usd", "0"},
+		{"--spend-cap-usd", "25"},
+		{"--kind", "headless", "--credits-usd", "1"},
+	} {
+		tn := newTenant(t, ta.dbURL, "bound"+strings.Join(flags, "")+"@example.com", flags...)
+		r := ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{})
+		require.Equal(t, 403, r.status, "%v: %s", flags, r.raw)
+		require.Equal(t, "key_scope_forbidden", r.body["code"])
+		r = ta.call(t, "POST", "/api/v1/keys", tn.key, map[string]any{"spend_cap_usd": "0.01"})
+		require.Equal(t, 403, r.status, "%v: not even with a cap of its own", flags)
+		r = ta.call(t, "GET", "/api/v1/keys", tn.key, nil)
+		require.Len(t, r.body["data"], 1, "%v: nothing was minted", flags)
+	}
+	ro := newTenant(t, ta.dbURL, "ro-mint@example.com", "--read-only")
+	r := ta.call(t, "POST", "/api/v1/keys", ro.key, map[string]any{})
+	require.Equal(t, 403, r.status)
+	require.Equal(t, "key_read_only", r.body["code"])
+	require.Empty(t, r.header.Get("X-RateLimit-Limit"), "a key check's 403 carries no rate-limit headers")
+	r = ta.call(t, "GET", "/api/v1/keys", ro.key, nil)
+	require.Equal(t, 200, r.status)
+	require.NotEmpty(t, r.header.Get("X-RateLimit-Limit"))
 }
 
 func TestServiceTokenSelf(t *testing.T) {
