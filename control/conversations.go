@@ -653,6 +653,11 @@ func parseConvAppend(body []byte, c *hotpath.Call) (*convAppendInput, *codec.Err
 			if id == "" || len(id) > convFileIDMax {
 				return nil, convInvalid("file_ids: each id is a string of 1 to " + strconv.Itoa(convFileIDMax) + " bytes.")
 			}
+			if storage.ValidUUID(id) {
+				// One file in any case: counted once toward the bound, as
+				// it is stored once.
+				id = strings.ToLower(id)
+			}
 			if !seen[id] {
 				seen[id] = true
 				in.FileIDs = append(in.FileIDs, id)

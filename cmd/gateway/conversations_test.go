@@ -799,6 +799,13 @@ func TestConversationAppendRules(t *testing.T) {
 		}
 		twenty := append(append([]string{}, real...), real[0]) // 21 ids, 20 distinct
 		require.Equal(t, 201, ada.do(t, "POST", path, map[string]any{"role": "user", "content": "x", "file_ids": twenty}, pin...).status)
+		// An id in upper case is the same file, and counts once.
+		twenty[20] = strings.ToUpper(real[0])
+		r = ada.do(t, "POST", path, map[string]any{"role": "user", "content": "x", "file_ids": twenty}, pin...)
+		require.Equal(t, 201, r.status, "%s", r.raw)
+		require.Len(t, r.body["message"].(map[string]any)["file_ids"], 20)
+		r = ada.do(t, "POST", path, map[string]any{"role": "user", "content": "x", "file_ids": []string{real[1], strings.ToUpper(real[1])}}, pin...)
+		require.Equal(t, []any{real[1]}, r.body["message"].(map[string]any)["file_ids"])
 		bad(t, map[string]any{"role": "assistant", "content": "x", "file_ids": []string{"f"}}, "file_ids", pin...)
 		bad(t, map[string]any{"role": "user", "content": "x", "file_ids": []any{1}}, "file_ids", pin...)
 
@@ -808,6 +815,7 @@ func TestConversationAppendRules(t *testing.T) {
 			map[string]any{"role": "user", "content": "x", "file_ids": []string{"f"}}, pin...)
 		requireError(t, r, 403, "key_scope_forbidden")
 		require.Equal(t, "files", r.body["required_scope"])
+		require.Empty(t, r.header.Get("X-RateLimit-Limit"), "a key check's 403 carries no rate-limit headers")
 	})
 }
 
