@@ -342,7 +342,7 @@ var (
 	// ErrMalformedJSON refuses a request body that is not valid JSON.
 	ErrMalformedJSON = &Error{Code: CodeInvalidRequest, Message: "The request body is not valid JSON."}
 	// ErrBadVersion refuses a Gateway-Version header that is not a date.
-	ErrBadVersion = &Error{Code: CodeInvalidRequest, Message: "The Gateway-Version header must be a date in the form YYYY-MM-DD."}
+	ErrBadVersion = &Error{Code: CodeInvalidRequest, Message: "The Gateway-Version header must be a date in the form YYYY-MM-DD, from 2000-01-01 on."}
 	// ErrUnknownVersion refuses a well-formed Gateway-Version the gateway
 	// does not know.
 	ErrUnknownVersion = &Error{Code: CodeUnknownVersion}

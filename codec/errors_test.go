@@ -201,7 +201,7 @@ func TestError(t *testing.T) {
 	}{
 		{"default message", NewError(CodeRateLimited, ""), "rate_limited: Too many requests; retry later.", 429},
 		{"custom message", NewError(CodeFileNotFound, "no such file: f_1"), "file_not_found: no such file: f_1", 404},
-		{"bad version", ErrBadVersion, "invalid_request: The Gateway-Version header must be a date in the form YYYY-MM-DD.", 400},
+		{"bad version", ErrBadVersion, "invalid_request: The Gateway-Version header must be a date in the form YYYY-MM-DD, from 2000-01-01 on.", 400},
 		{"malformed json", ErrMalformedJSON, "invalid_request: The request body is not valid JSON.", 400},
 		{"unauthorized", ErrUnauthorized, "unauthorized: A valid API key is required.", 401},
 	}
