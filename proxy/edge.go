@@ -223,7 +223,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 		return cerr
 	}
 	err = h(ctx, c)
-	if keyCheckRefusal(err) {
+	if err != nil && keyCheckRefusal(err) {
 		// A restriction the handler enforces (a read-only key on a write,
 		// a body field asking for a family the key lacks) is the key
 		// check's 403 all the same, and the spec lists it among the
