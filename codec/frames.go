@@ -212,6 +212,9 @@ type Routing struct {
 	// FilesOmitted is the JSON array of files left out of the turn
 	// (files_omitted), or nil when none was.
 	FilesOmitted []byte
+	// UndeclaredToolReplay is the JSON object undeclared_tool_replay, or
+	// nil when every tool call the request replays names a declared tool.
+	UndeclaredToolReplay []byte
 }
 
 // AppendGW appends the gw object of /api/v1/chat: request id, routed tier and
@@ -223,18 +226,23 @@ func AppendGW(dst []byte, requestID []byte, r *Routing) []byte {
 	dst = AppendJSONString(dst, r.Tier)
 	dst = append(dst, `,"reasoning_effort":`...)
 	dst = AppendJSONString(dst, r.Effort)
-	dst = appendFilesOmitted(dst, r)
+	dst = appendSignals(dst, r)
 	return append(dst, '}')
 }
 
-// appendFilesOmitted appends ,"files_omitted":[...] when files were left
-// out.
-func appendFilesOmitted(dst []byte, r *Routing) []byte {
-	if len(r.FilesOmitted) == 0 {
-		return dst
+// appendSignals appends the signals that apply: ,"files_omitted":[...]
+// when files were left out, ,"undeclared_tool_replay":{...} when the
+// history replays calls of tools the request does not declare.
+func appendSignals(dst []byte, r *Routing) []byte {
+	if len(r.FilesOmitted) > 0 {
+		dst = append(dst, `,"files_omitted":`...)
+		dst = append(dst, r.FilesOmitted...)
 	}
-	dst = append(dst, `,"files_omitted":`...)
-	return append(dst, r.FilesOmitted...)
+	if len(r.UndeclaredToolReplay) > 0 {
+		dst = append(dst, `,"undeclared_tool_replay":`...)
+		dst = append(dst, r.UndeclaredToolReplay...)
+	}
+	return dst
 }
 
 func appendRouting(dst []byte, r *Routing) []byte {
@@ -259,7 +267,7 @@ func AppendV2Start(dst []byte, h *Head, requestID []byte, r *Routing) []byte {
 	dst = AppendJSONBytes(dst, requestID)
 	dst = append(dst, `,"routing":`...)
 	dst = appendRouting(dst, r)
-	dst = appendFilesOmitted(dst, r)
+	dst = appendSignals(dst, r)
 	return append(dst, "}\n\n"...)
 }
 
@@ -365,7 +373,7 @@ func AppendV2Completion(dst []byte, h *Head, a *Answer, b *Bill, requestID []byt
 	dst = AppendJSONBytes(dst, requestID)
 	dst = append(dst, `,"usage":`...)
 	dst = AppendNativeUsage(dst, b)
-	dst = appendFilesOmitted(dst, r)
+	dst = appendSignals(dst, r)
 	if a.Reasoning != nil {
 		dst = append(dst, `,"reasoning":`...)
 		dst = append(dst, a.Reasoning...)

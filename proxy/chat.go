@@ -634,6 +634,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		return false, cerr
 	}
 	t.intent = intent
+	t.routing.UndeclaredToolReplay = intent.UndeclaredReplay
 	t.bound, t.images = promptBound(&t.req), hasImages(&t.req)
 	if intent.HasFiles {
 		if cerr := t.resolveFiles(c); cerr != nil {

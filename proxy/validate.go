@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 
 	"github.com/bytedance/sonic"
@@ -70,6 +71,10 @@ type chatIntent struct {
 	// HasFiles is true when a user message names file ids (the pin and
 	// the files scope already checked).
 	HasFiles bool
+	// UndeclaredReplay is the gw block's undeclared_tool_replay, or nil:
+	// on the native routes, when an assistant message of the history
+	// carries a call of a function the request's tools do not declare.
+	UndeclaredReplay []byte
 	// Schema is the compiled response_format json_schema, or nil.
 	Schema *compiledSchema
 	// JSONObject is true for response_format json_object.
@@ -289,6 +294,9 @@ func checkChat(intent *chatIntent, req *codec.ChatRequest, wire chatWire, tiers 
 		}
 	}
 	intent.HasTools = len(req.Tools) > 0
+	if native {
+		intent.UndeclaredReplay = undeclaredReplay(req)
+	}
 
 	// tool_choice
 	if e := checkToolChoice(req.ToolChoice, req.Tools); e != nil {
@@ -323,6 +331,77 @@ func checkChat(intent *chatIntent, req *codec.ChatRequest, wire chatWire, tiers 
 		}
 	}
 	return nil
+}
+
+// undeclaredReplay describes the tool calls of the history that name a
+// function the request's tools do not declare: the spec asks a client to
+// send the same tools again when it continues a conversation that called
+// them, and a model asked to go on from a call of a tool it was not given
+// may answer from it or call it again. The request is served as sent; the
+// answer says so in {"calls": n, "names": [...]}, the distinct names in
+// the order they first appear. nil when there is none, which costs no
+// allocation.
+func undeclaredReplay(req *codec.ChatRequest) []byte {
+	var (
+		calls    int
+		names    []string
+		declared map[string]bool // past smallToolCount tools, built on the first call
+		listed   map[string]bool // past smallToolCount names
+	)
+	for i := range req.Messages {
+		for j := range req.Messages[i].ToolCalls {
+			name := req.Messages[i].ToolCalls[j].Function.Name
+			if len(req.Tools) > smallToolCount && declared == nil {
+				declared = make(map[string]bool, len(req.Tools))
+				for k := range req.Tools {
+					declared[req.Tools[k].Function.Name] = true
+				}
+			}
+			if declared[name] || declared == nil && declaresTool(req.Tools, name) {
+				continue
+			}
+			calls++
+			switch {
+			case listed != nil:
+				if listed[name] {
+					continue
+				}
+				listed[name] = true
+			case slices.Contains(names, name):
+				continue
+			case len(names) == smallToolCount:
+				listed = make(map[string]bool, 2*smallToolCount)
+				for _, n := range names {
+					listed[n] = true
+				}
+				listed[name] = true
+			}
+			names = append(names, name)
+		}
+	}
+	if calls == 0 {
+		return nil
+	}
+	out := append([]byte(nil), `{"calls":`...)
+	out = strconv.AppendInt(out, int64(calls), 10)
+	out = append(out, `,"names":[`...)
+	for i, n := range names {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = codec.AppendJSONString(out, n)
+	}
+	return append(out, "]}"...)
+}
+
+// declaresTool reports whether tools declare a function called name.
+func declaresTool(tools []codec.Tool, name string) bool {
+	for i := range tools {
+		if tools[i].Function.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // checkStructuredSupport refuses an intent that asks for structured output
