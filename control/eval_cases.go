@@ -76,12 +76,18 @@ func (a *API) parseEvalCase(p *hotpath.Principal, f convFields, prefix string) (
 	if !f.given("messages") {
 		return ec, bad("messages: required, the chat request's messages.")
 	}
-	ec.Messages = compact(f["messages"])
+	if ec.Messages, cerr = storedJSON(prefix+"messages", f["messages"]); cerr != nil {
+		return ec, cerr
+	}
 	if f.given("tools") {
-		ec.Tools = compact(f["tools"])
+		if ec.Tools, cerr = storedJSON(prefix+"tools", f["tools"]); cerr != nil {
+			return ec, cerr
+		}
 	}
 	if f.given("response_format") {
-		ec.ResponseFormat = compact(f["response_format"])
+		if ec.ResponseFormat, cerr = storedJSON(prefix+"response_format", f["response_format"]); cerr != nil {
+			return ec, cerr
+		}
 	}
 	// The chat fields are checked by the chat pipeline's own validation,
 	// as a request for any tier would be: the run's tier is not known yet.
@@ -120,6 +126,16 @@ func compact(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return b.Bytes()
+}
+
+// storedJSON is a field kept as sent, compacted; the case is stored as
+// jsonb, which refuses some of what JSON allows (jsonUnstorable).
+func storedJSON(field string, raw json.RawMessage) (json.RawMessage, *codec.Error) {
+	b := compact(raw)
+	if why := jsonUnstorable(b); why != "" {
+		return nil, convInvalid(field + ": " + why)
+	}
+	return b, nil
 }
 
 func (a *API) parseAssertion(raw json.RawMessage, at string) (evalAssertion, *codec.Error) {
@@ -178,7 +194,9 @@ func (a *API) parseAssertion(raw json.RawMessage, at string) (evalAssertion, *co
 		if !f.given("schema") {
 			return as, convInvalid(at + ".schema: required, a JSON schema.")
 		}
-		as.Schema = compact(f["schema"])
+		if as.Schema, cerr = storedJSON(at+".schema", f["schema"]); cerr != nil {
+			return as, cerr
+		}
 		if _, cerr := a.Evals.Chat.CompileSchema(as.Schema); cerr != nil {
 			return as, schemaAt(at+".schema", cerr)
 		}
@@ -190,7 +208,9 @@ func (a *API) parseAssertion(raw json.RawMessage, at string) (evalAssertion, *co
 			return as, convInvalid(at + ".name: a function name, 1 to 64 of A-Z, a-z, 0-9, _ and -.")
 		}
 		if f.given("arguments") {
-			as.Arguments = compact(f["arguments"])
+			if as.Arguments, cerr = storedJSON(at+".arguments", f["arguments"]); cerr != nil {
+				return as, cerr
+			}
 			if _, cerr := a.Evals.Chat.CompileSchema(as.Arguments); cerr != nil {
 				return as, schemaAt(at+".arguments", cerr)
 			}

@@ -127,7 +127,9 @@ func evalError(err error, notFound *codec.Error) error {
 	return storageError(err, notFound)
 }
 
-func evalTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+// evalTime is RFC 3339 UTC to the second, like every timestamp of the API
+// (docs/ledger.md); cursors keep the microseconds.
+func evalTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func evalOptTime(t *time.Time) *string {
 	if t == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -155,6 +156,9 @@ func validateFeedbackPayload(typ string, raw json.RawMessage, given bool) ([]byt
 			}
 			if !utf8.ValidString(s) {
 				return nil, feedbackInvalid(path + ": must be valid UTF-8.")
+			}
+			if strings.IndexByte(s, 0) >= 0 { // PostgreSQL holds no NUL in jsonb
+				return nil, feedbackInvalid(path + ": must not contain NUL characters.")
 			}
 			if rule.enum != nil && !slices.Contains(rule.enum, s) {
 				return nil, feedbackInvalid(path + ": must be \"up\" or \"down\".")

@@ -176,3 +176,32 @@ func TestFeedbackValidation(t *testing.T) {
 		})
 	}
 }
+
+// PostgreSQL holds no NUL in jsonb: a payload text with one is refused
+// naming the field, not stored.
+func TestFeedbackRefusesNUL(t *testing.T) {
+	f := newFeedbackFixture(t)
+	f.record(f.ada, hotpath.UsageRecord{RequestID: "req-nul", At: time.Now(), Route: "chat_v1", Status: 200})
+	f.flush(t)
+	for _, tc := range []struct{ typ, payload, field string }{
+		{"thumbs", `{"value":"up","comment":"a\u0000b"}`, "payload.comment"},
+		{"edit_accepted", `{"edited_text":"a\u0000b"}`, "payload.edited_text"},
+		{"edit_rejected", `{"reason":"\u0000"}`, "payload.reason"},
+		{"test_result", `{"passed":true,"name":"a\u0000"}`, "payload.name"},
+		{"test_result", `{"passed":false,"details":"\u0000b"}`, "payload.details"},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			_, _, err := f.send(t, f.ada, `{"request_id":"req-nul","type":"`+tc.typ+`","payload":`+tc.payload+`}`)
+			var cerr *codec.Error
+			require.ErrorAs(t, err, &cerr)
+			require.Equal(t, codec.CodeInvalidRequest, cerr.Code)
+			require.Equal(t, tc.field+": must not contain NUL characters.", cerr.Message)
+		})
+	}
+	require.Equal(t, []any{}, f.types(t, f.ada, "req-nul"), "nothing written by a refused report")
+	// An escaped backslash before u0000 is text.
+	status, body, err := f.send(t, f.ada, `{"request_id":"req-nul","type":"thumbs","payload":{"value":"up","comment":"a\\u0000b"}}`)
+	require.NoError(t, err)
+	require.Equal(t, fasthttp.StatusCreated, status)
+	require.Equal(t, `a\u0000b`, body["payload"].(map[string]any)["comment"])
+}

@@ -573,3 +573,102 @@ func TestEvalRevokedKeyEndsTheRun(t *testing.T) {
 	}
 	require.Equal(t, []any{"unauthorized"}, codes)
 }
+
+// PostgreSQL holds no NUL in jsonb: a case's raw JSON fields carrying the
+// escape \u0000 are refused naming the field, on create, patch and import,
+// while an escaped backslash before "u0000" is plain text and kept.
+func TestEvalCaseRefusesNUL(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "nul@example.com")
+	c := evalClient{addr: ta.Addr(), key: tn.key}
+	suite := c.suite(t, "Nul")
+	base := "/api/v1/evals/suites/" + suite
+	user := []any{map[string]any{"role": "user", "content": "hi"}}
+	withAssertion := func(a any) map[string]any { return map[string]any{"messages": user, "assertions": []any{a}} }
+	tool := func(desc string) []any {
+		return []any{map[string]any{"type": "function", "function": map[string]any{"name": "f", "description": desc,
+			"parameters": map[string]any{"type": "object"}}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		body  any
+		field string
+	}{
+		{"message content", `{"messages":[{"role":"user","content":"h\u0000i"}]}`, "messages:"},
+		{"tool description", map[string]any{"messages": user, "tools": tool("a\x00b")}, "tools:"},
+		{"response_format", map[string]any{"messages": user, "response_format": map[string]any{"type": "json_schema",
+			"json_schema": map[string]any{"name": "x", "schema": map[string]any{"type": "object", "description": "a\x00b"}}}},
+			"response_format:"},
+		{"json_schema assertion", withAssertion(map[string]any{"type": "json_schema",
+			"schema": map[string]any{"type": "object", "description": "a\x00b"}}), "assertions[0].schema:"},
+		{"json_schema assertion key", `{"messages":[{"role":"user","content":"hi"}],"assertions":[{"type":"json_schema",` +
+			`"schema":{"type":"object","properties":{"a\u0000":{"type":"string"}}}}]}`, "assertions[0].schema:"},
+		{"tool_call arguments", withAssertion(map[string]any{"type": "tool_call", "name": "f",
+			"arguments": map[string]any{"type": "object", "description": "a\x00b"}}), "assertions[0].arguments:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			requireError(t, c.do(t, "POST", base+"/cases", tc.body), 400, "invalid_request", tc.field, "NUL")
+		})
+	}
+	requireError(t, c.do(t, "POST", base+"/cases:import",
+		`{"messages":[{"role":"user","content":"ok"}]}`+"\n"+`{"messages":[{"role":"user","content":"h\u0000i"}]}`+"\n"),
+		400, "invalid_request", "line 2: messages:", "NUL")
+	require.EqualValues(t, 0, c.ok(t, 200, "GET", base, nil)["case_count"], "nothing stored")
+
+	// An escaped backslash followed by u0000 is text, not NUL.
+	created := c.ok(t, 201, "POST", base+"/cases", `{"messages":[{"role":"user","content":"h\\u0000i"}],`+
+		`"tools":[{"type":"function","function":{"name":"f","description":"\\\\u0000\\u0000","parameters":{"type":"object"}}}]}`)
+	require.Equal(t, `h\u0000i`, created["messages"].([]any)[0].(map[string]any)["content"])
+	caseID := created["id"].(string)
+	requireError(t, c.do(t, "PATCH", base+"/cases/"+caseID, map[string]any{"tools": tool("a\x00b")}),
+		400, "invalid_request", "tools:", "NUL")
+	requireError(t, c.do(t, "PATCH", base+"/cases/"+caseID, withAssertion(map[string]any{"type": "json_schema",
+		"schema": map[string]any{"enum": []any{"\x00"}}})), 400, "invalid_request", "assertions[0].schema:", "NUL")
+	require.Equal(t, `h\u0000i`, c.ok(t, 200, "GET", base+"/cases/"+caseID, nil)["messages"].([]any)[0].(map[string]any)["content"])
+
+	// jsonb refuses a half surrogate, and writes numbers out in full: both
+	// are refused before the database, as NUL is.
+	for _, tc := range []struct{ body, field, why string }{
+		{`{"messages":[{"role":"user","content":"h\ud800i"}]}`, "messages:", "surrogate"},
+		{`{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":` +
+			`{"name":"x","schema":{"type":"number","maximum":1e200000}}}}`, "response_format:", "1e308"},
+		{`{"messages":[{"role":"user","content":"hi"}],"assertions":[{"type":"json_schema",` +
+			`"schema":{"type":"number","minimum":1e131071}}]}`, "assertions[0].schema:", "1e308"},
+	} {
+		requireError(t, c.do(t, "POST", base+"/cases", tc.body), 400, "invalid_request", tc.field, tc.why)
+	}
+	created = c.ok(t, 201, "POST", base+"/cases", `{"messages":[{"role":"user","content":"\ud83d\ude00"}],`+
+		`"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"number","maximum":1e300}}}}`)
+	require.Equal(t, "\U0001F600", created["messages"].([]any)[0].(map[string]any)["content"], "a pair is one character")
+}
+
+// Eval timestamps are RFC 3339 UTC to the second, like every timestamp of
+// the API (docs/ledger.md).
+func TestEvalTimestampsToTheSecond(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "seconds@example.com")
+	c := evalClient{addr: ta.Addr(), key: tn.key}
+	suiteID := c.suite(t, "Seconds")
+	base := "/api/v1/evals/suites/" + suiteID
+	c.addCase(t, suiteID, "[[sim:reply=ok]]", eq("ok"))
+	runID := c.ok(t, 202, "POST", base+"/runs", nil)["id"].(string)
+	run := c.waitRun(t, runID, 10*time.Second)
+	second := func(v any) {
+		t.Helper()
+		s, ok := v.(string)
+		require.True(t, ok, "%v", v)
+		at, err := time.Parse(time.RFC3339, s)
+		require.NoError(t, err)
+		require.Equal(t, at.UTC().Format(time.RFC3339), s, "UTC, whole seconds")
+	}
+	suite := c.ok(t, 200, "GET", base, nil)
+	second(suite["created_at"])
+	second(suite["updated_at"])
+	cs := c.ok(t, 200, "GET", base+"/cases", nil)["data"].([]any)[0].(map[string]any)
+	second(cs["created_at"])
+	second(cs["updated_at"])
+	second(run["created_at"])
+	second(run["started_at"])
+	second(run["finished_at"])
+	second(c.results(t, runID)[0]["finished_at"])
+}

@@ -178,8 +178,12 @@ func (r *Reader) Read(ctx context.Context, data []byte, filename string) Result 
 	return r.finish(Result{ContentType: ctype, Status: hotpath.FileTextReady, Pages: d.pages}, text)
 }
 
-// finish counts the text, keeping it only within the counting bound.
+// finish counts the text, keeping it only within the counting bound. Every
+// text read passes here; a NUL, which PostgreSQL cannot store, is dropped.
 func (r *Reader) finish(res Result, text string) Result {
+	if strings.IndexByte(text, 0) >= 0 {
+		text = strings.ReplaceAll(text, "\x00", "")
+	}
 	if strings.TrimSpace(text) == "" {
 		return notText(res.ContentType, ReasonNoText)
 	}

@@ -1,12 +1,14 @@
 package filetext
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-pdf/fpdf"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/control/filetext/filetexttest"
@@ -119,6 +121,47 @@ func TestReadPDF(t *testing.T) {
 		long := strings.Repeat("the same line again and again\n", 2000)
 		res := read(t, NewReader(Config{MaxDecodedBytes: 8 << 10}), filetexttest.PDF(t, long), "bomb.pdf")
 		require.Equal(t, hotpath.FileTextNotText, res.Status)
+	})
+}
+
+// pdfShowing returns a one-page PDF whose page content is content.
+func pdfShowing(t *testing.T, content string) []byte {
+	t.Helper()
+	f := fpdf.New("P", "pt", "Letter", "")
+	f.SetFont("Helvetica", "", 24)
+	f.AddPage()
+	f.RawWriteStr(content)
+	var b bytes.Buffer
+	require.NoError(t, f.Output(&b))
+	return b.Bytes()
+}
+
+// PostgreSQL stores no NUL: none reaches the text, whatever the format.
+func TestReadDropsNUL(t *testing.T) {
+	r := NewReader(Config{})
+	t.Run("utf-16 pdf strings drop control codes as winansi ones do", func(t *testing.T) {
+		res := read(t, r, pdfShowing(t, "BT /F1 24 Tf 72 700 Td <FEFF004800000069> Tj ET\n"), "nul.pdf")
+		require.Equal(t, hotpath.FileTextReady, res.Status, res.Reason)
+		require.Equal(t, "Hi", res.Text)
+		res = read(t, r, pdfShowing(t, "BT /F1 24 Tf 72 700 Td <FEFF0041000100420009004300100044> Tj ET\n"), "ctl.pdf")
+		require.Equal(t, "AB\tCD", res.Text)
+		res = read(t, r, pdfShowing(t, "BT /F1 24 Tf 72 700 Td <4100010942> Tj ET\n"), "winansi.pdf")
+		require.Equal(t, "A\tB", res.Text)
+	})
+	t.Run("text and docx", func(t *testing.T) {
+		res := read(t, r, []byte("a\x00b"), "nul.txt")
+		require.Equal(t, ReasonNotExtracted, res.Reason, "binary by its first bytes")
+		res = read(t, r, []byte(strings.Repeat("text ", 200)+"a\x00b"), "late-nul.txt")
+		require.Equal(t, ReasonUnreadable, res.Reason)
+		res = read(t, r, filetexttest.DOCX(t, []string{"a\x00b"}, nil), "nul.docx")
+		require.Equal(t, ReasonCorrupt, res.Reason, "XML has no NUL")
+	})
+	t.Run("every text passes finish, which drops NUL", func(t *testing.T) {
+		res := r.finish(Result{ContentType: "application/pdf", Status: hotpath.FileTextReady}, "a\x00b\x00")
+		require.Equal(t, "ab", res.Text)
+		require.Equal(t, tokens.Count("ab"), res.Tokens)
+		res = r.finish(Result{ContentType: "application/pdf", Status: hotpath.FileTextReady}, "\x00 \x00")
+		require.Equal(t, ReasonNoText, res.Reason)
 	})
 }
 

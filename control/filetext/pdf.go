@@ -130,15 +130,22 @@ func decodePDFString(dst, raw []byte) []byte {
 		for i := 2; i+1 < len(raw); i += 2 {
 			u = append(u, uint16(raw[i])<<8|uint16(raw[i+1]))
 		}
-		return append(dst, string(utf16.Decode(u))...)
+		return appendPrintable(dst, []byte(string(utf16.Decode(u))))
 	}
 	text, err := winAnsi.Bytes(raw)
 	if err != nil {
 		return dst
 	}
+	return appendPrintable(dst, text)
+}
+
+// appendPrintable appends UTF-8 text without its C0 control codes but tab:
+// in a shown string they are glyph ids of a font, not text, and a NUL could
+// not be stored.
+func appendPrintable(dst, text []byte) []byte {
 	for _, c := range text {
 		if c < 0x20 && c != '\t' {
-			continue // control codes are glyph ids of a font, not text
+			continue
 		}
 		dst = append(dst, c)
 	}
