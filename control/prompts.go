@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"math"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -118,6 +119,11 @@ func (a *API) readPrompt(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	version := 0
 	if raw := ctx.QueryArgs().Peek("version"); raw != nil {
 		n, err := strconv.Atoi(string(raw))
+		if errors.Is(err, strconv.ErrRange) && n > 0 {
+			// Too large for an int is still a version number the prompt
+			// cannot have: storage answers it as not found.
+			err = nil
+		}
 		if err != nil || n < 1 {
 			return convInvalid("version: must be a positive integer.")
 		}
@@ -181,7 +187,8 @@ func decodePromptCursor(s string) (int, bool) {
 		return 0, false
 	}
 	v, n := binary.Uvarint(b[1:])
-	if n != len(b)-1 || v < 2 || v > 1<<31 {
+	// Versions are int4 in the database; a larger one was never issued.
+	if n != len(b)-1 || v < 2 || v > math.MaxInt32 {
 		return 0, false
 	}
 	return int(v), true

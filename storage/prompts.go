@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -134,6 +135,11 @@ func (db *DB) GetPrompt(ctx context.Context, workspaceID, id string, version int
 	}
 	if version == 0 {
 		version = p.LatestVersion
+	}
+	if version > math.MaxInt32 {
+		// Versions are int4: a larger number is one the prompt cannot have
+		// and would not encode as a parameter.
+		return Prompt{}, ErrPromptVersionNotFound
 	}
 	v, err := scanVersion(db.Pool.QueryRow(ctx, `select `+versionColumns+` from prompt_versions v
 		where v.prompt_id = $1 and v.version = $2`, id, version))

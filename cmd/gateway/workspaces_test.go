@@ -264,6 +264,14 @@ func TestPrompts(t *testing.T) {
 	require.Equal(t, content, r.body["version"].(map[string]any)["content"])
 	requireError(t, mem.do(t, "GET", "/api/v1/prompts/"+id+"?version=99", nil), 404, "prompt_version_not_found")
 	requireError(t, mem.do(t, "GET", "/api/v1/prompts/"+id+"?version=zero", nil), 400, "invalid_request")
+	for _, v := range []string{"0", "-1", "-99999999999999999999"} {
+		requireError(t, mem.do(t, "GET", "/api/v1/prompts/"+id+"?version="+v, nil), 400, "invalid_request")
+	}
+	// A number beyond the int4 column is a version the prompt does not have.
+	for _, v := range []string{"2147483647", "2147483648", "4294967296", "99999999999999999999"} {
+		requireError(t, mem.do(t, "GET", "/api/v1/prompts/"+id+"?version="+v, nil), 404, "prompt_version_not_found")
+		requireError(t, stranger.do(t, "GET", "/api/v1/prompts/"+id+"?version="+v, nil), 404, "prompt_not_found")
+	}
 
 	// Versions newest first, keyset-paginated.
 	var seen []int
@@ -285,6 +293,12 @@ func TestPrompts(t *testing.T) {
 		require.Equal(t, n+1-i, v)
 	}
 	requireError(t, mem.do(t, "GET", "/api/v1/prompts/"+id+"/versions?cursor=bogus", nil), 400, "invalid_request")
+	// 'v' + uvarint(2^31), one past the int4 maximum, was never issued;
+	// 'v' + uvarint(2^31-1) is the largest cursor and pages from the newest.
+	requireError(t, mem.do(t, "GET", "/api/v1/prompts/"+id+"/versions?cursor=doCAgIAI", nil), 400, "invalid_request")
+	r = mem.do(t, "GET", "/api/v1/prompts/"+id+"/versions?cursor=dv____8H", nil)
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.Equal(t, float64(n+1), r.body["data"].([]any)[0].(map[string]any)["version"])
 	requireError(t, mem.do(t, "GET", "/api/v1/prompts/"+id+"/versions?limit=101", nil), 400, "invalid_request")
 
 	// Another workspace or organization sees nothing, identically.
