@@ -179,17 +179,21 @@ func canonicalUUID(id string) string {
 
 // CreateConversation creates a conversation of userID in orgID. A vault
 // needs the author's read and write grants on it: without a membership (or
-// in another organization) it is ErrVaultNotFound, with a membership that
-// lacks either grant ErrVaultForbidden.
+// in another organization, or held) it is ErrVaultNotFound, with a
+// membership that lacks either grant ErrVaultForbidden.
 func (db *DB) CreateConversation(ctx context.Context, userID, orgID string, n NewConversation) (Conversation, error) {
 	if n.VaultID != nil {
 		if !ValidUUID(*n.VaultID) {
 			return Conversation{}, ErrVaultNotFound
 		}
-		var canRead, canWrite bool
-		err := db.Pool.QueryRow(ctx, `select can_read, can_write from vault_grants
-			where vault_id = $1 and user_id = $2 and org_id = $3`, *n.VaultID, userID, orgID).Scan(&canRead, &canWrite)
-		if errors.Is(err, pgx.ErrNoRows) {
+		// The view zeroes a held member's grants but still has their row;
+		// the hold itself is read so that the vault is hidden from them
+		// rather than refused, as on every vault route.
+		var canRead, canWrite, held bool
+		err := db.Pool.QueryRow(ctx, `select g.can_read, g.can_write, m.held from vault_grants g
+			join vault_members m on m.vault_id = g.vault_id and m.user_id = g.user_id
+			where g.vault_id = $1 and g.user_id = $2 and g.org_id = $3`, *n.VaultID, userID, orgID).Scan(&canRead, &canWrite, &held)
+		if errors.Is(err, pgx.ErrNoRows) || held {
 			return Conversation{}, ErrVaultNotFound
 		}
 		if err != nil {

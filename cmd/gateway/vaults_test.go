@@ -271,6 +271,9 @@ func TestVaultMembership(t *testing.T) {
 		requireError(t, cat.do(t, "PUT", "/api/v1/vaults/"+id+"/archive", nil), 404, "vault_not_found")
 		requireError(t, cat.do(t, "POST", members, map[string]any{"user_id": dan.userID, "can_read": true}), 404, "vault_not_found")
 		require.Empty(t, listNames(t, cat, ""))
+		// Creating a conversation in the vault hides it too: 404, not the
+		// 403 a member without write gets.
+		requireError(t, cat.do(t, "POST", "/api/v1/conversations", map[string]any{"vault_id": id}), 404, "vault_not_found")
 		// The conversations' grants follow the hold.
 		requireError(t, cat.do(t, "GET", "/api/v1/conversations/"+conv, nil), 404, "conversation_not_found")
 		listed := ada.do(t, "GET", members, nil)
@@ -288,6 +291,7 @@ func TestVaultMembership(t *testing.T) {
 		require.Equal(t, 200, r.status)
 		require.Equal(t, map[string]any{"can_read": true, "can_write": true, "can_share": true, "can_administer": false}, perms(r.body))
 		require.Equal(t, 200, cat.do(t, "GET", "/api/v1/conversations/"+conv, nil).status)
+		require.Equal(t, id, cat.create(t, map[string]any{"vault_id": id})["vault_id"])
 	})
 
 	t.Run("remove", func(t *testing.T) {
