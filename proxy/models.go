@@ -97,7 +97,7 @@ func NewCatalogue(tiers []hotpath.Tier) (*Catalogue, error) {
 			Object: "model", ID: t.Name, Label: t.Label, Profile: t.Profile, Created: t.Created, OwnedBy: t.OwnedBy,
 			ContextWindow: t.ContextWindow, MaxOutput: t.MaxOutput, LatencyTargetMs: t.LatencyTargetMs,
 			Reasoning:     catalogueEffort{DefaultEffort: t.DefaultEffort, Graded: t.Graded},
-			SupportsTools: t.SupportsTools, SupportsVision: t.SupportsVision,
+			SupportsTools: t.SupportsTools, SupportsVision: t.SupportsVision, Structured: t.SupportsStructured,
 			Pricing: cataloguePricing{Currency: "USD", InputUnit: usd(t.Prices.InputPerM),
 				OutputUnit: usd(t.Prices.OutputPerM), CacheReadUnit: usd(t.Prices.CacheReadPerM), PerTokens: 1_000_000},
 		})

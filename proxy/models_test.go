@@ -31,6 +31,7 @@ func TestCatalogueShapes(t *testing.T) {
 		for _, k := range []string{"label", "profile", "created", "owned_by", "latency_target_ms", "supports_tools", "supports_vision"} {
 			require.Contains(t, e, k, id)
 		}
+		require.Equal(t, true, e["supports_structured_output"], id)
 		r := e["reasoning"].(map[string]any)
 		require.Contains(t, r, "default_effort")
 		require.Contains(t, r, "graded")
@@ -50,6 +51,29 @@ func TestCatalogueShapes(t *testing.T) {
 	for _, e := range openai.Data {
 		require.Equal(t, "model", e["object"])
 		require.ElementsMatch(t, []string{"id", "object", "created", "owned_by"}, keys(e))
+	}
+}
+
+// The catalogue shows each tier's own structured-output support: a tier
+// configured without it shows false.
+func TestCatalogueStructuredOutput(t *testing.T) {
+	tiers := hotpath.DefaultTiers()
+	for i := range tiers {
+		tiers[i].SupportsStructured = tiers[i].Name != "mira"
+	}
+	cat, err := NewCatalogue(tiers)
+	require.NoError(t, err)
+	var native struct {
+		Data []struct {
+			ID         string `json:"id"`
+			Structured *bool  `json:"supports_structured_output"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(cat.native, &native))
+	require.Len(t, native.Data, 3)
+	for _, e := range native.Data {
+		require.NotNil(t, e.Structured, e.ID)
+		require.Equal(t, e.ID != "mira", *e.Structured, e.ID)
 	}
 }
 
