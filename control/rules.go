@@ -111,7 +111,9 @@ func parseRules(raw json.RawMessage) ([]string, *codec.Error) {
 		if err := sonic.Unmarshal(e, &s); err != nil {
 			return nil, convInvalid("rules[" + strconv.Itoa(i) + "]: must be a string.")
 		}
-		s = strings.Trim(s, " \t\r\n")
+		// All Unicode white space, a superset of the " \t\r\n" that the
+		// gw_rules_trimmed constraint checks, so a trimmed rule satisfies it.
+		s = strings.TrimSpace(s)
 		if s == "" {
 			return nil, convInvalid("rules[" + strconv.Itoa(i) + "]: empty after trimming; every rule needs text.")
 		}

@@ -65,9 +65,12 @@ func TestStandingRules(t *testing.T) {
 	})
 
 	t.Run("replace trims and validates", func(t *testing.T) {
-		r := ada.do(t, "PUT", "/api/v1/rules", map[string]any{"rules": []string{"  Answer in English.\n", "Cite sources."}})
-		require.Equal(t, []string{"Answer in English.", "Cite sources."}, ruleTexts(t, r))
+		r := ada.do(t, "PUT", "/api/v1/rules", map[string]any{"rules": []string{"  Answer in English.\n", "\fCite sources.\u00a0\f"}})
+		require.Equal(t, []string{"Answer in English.", "Cite sources."}, ruleTexts(t, r), "every Unicode space is trimmed")
 		requireError(t, ada.do(t, "PUT", "/api/v1/rules", map[string]any{"rules": []string{"ok", "   "}}), 400, "invalid_request", "rules[1]")
+		for _, blank := range []string{"\v", "\u00a0", "\f", "\u2003\u3000", "\u0085"} {
+			requireError(t, ada.do(t, "PUT", "/api/v1/rules", map[string]any{"rules": []string{"ok", blank}}), 400, "invalid_request", "rules[1]")
+		}
 		requireError(t, ada.do(t, "PUT", "/api/v1/rules", map[string]any{"rules": []any{"ok", 3}}), 400, "invalid_request")
 		requireError(t, ada.do(t, "PUT", "/api/v1/rules", map[string]any{"rules": nil}), 400, "invalid_request")
 		requireError(t, ada.do(t, "PUT", "/api/v1/rules", map[string]any{}), 400, "invalid_request")
