@@ -296,6 +296,19 @@ func (w chatWire) idPrefix() string {
 // replays reports whether the wire honours Idempotency-Key: the
 // OpenAI-compatible and Anthropic-compatible routes do, for requests that
 // do not stream.
+// requestHash names a request for Idempotency-Key: its route and its body.
+// A body valid on two wires, sent under one key to both, is two requests,
+// and the second is a conflict rather than a replay of an answer in the
+// other wire's shape.
+func requestHash(path, body []byte) (sum [sha256.Size]byte) {
+	h := sha256.New()
+	h.Write(path)
+	h.Write([]byte{0})
+	h.Write(body)
+	h.Sum(sum[:0])
+	return sum
+}
+
 func (w chatWire) replays() bool { return w == chatOpenAI || w == chatAnthropic || w == chatResponses }
 
 // turn is one chat request's state. It outlives the fasthttp handler when
@@ -699,7 +712,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 			return false, errIdempotencyKeyTooLong
 		}
 		ictx, cancel := context.WithTimeout(context.Background(), idempotencyTimeout)
-		replay, cl, err := t.ch.cfg.Idempotency.Begin(ictx, t.keyID, string(key), sha256.Sum256(body))
+		replay, cl, err := t.ch.cfg.Idempotency.Begin(ictx, t.keyID, string(key), requestHash(ctx.Path(), body))
 		cancel()
 		switch {
 		case errors.Is(err, hotpath.ErrIdempotencyInProgress):

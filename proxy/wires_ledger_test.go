@@ -109,4 +109,19 @@ func TestWireIdempotency(t *testing.T) {
 			}
 		})
 	}
+
+	// A body every wire accepts, under one key on two wires, is two
+	// requests: the second is a conflict, never the first's answer in the
+	// other wire's shape.
+	both := `{"model":"mira","max_tokens":16,"input":"idem [[sim:tokens=3]]",` +
+		`"messages":[{"role":"user","content":"idem [[sim:tokens=3]]"}]}`
+	first := f.post(t, "/v1/chat/completions", both, "Idempotency-Key", "idem-shared")
+	require.Equal(t, 200, first.status, "%s", first.body)
+	for _, path := range []string{"/v1/messages", "/v1/responses"} {
+		r := f.post(t, path, both, "Idempotency-Key", "idem-shared")
+		require.Equal(t, 409, r.status, "%s: %s", path, r.body)
+		require.Empty(t, r.header.Get("Idempotent-Replayed"))
+	}
+	again := f.post(t, "/v1/chat/completions", both, "Idempotency-Key", "idem-shared")
+	require.Equal(t, string(first.body), string(again.body))
 }
