@@ -31,9 +31,12 @@ type Handler func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error
 
 // Header names the edge reads and writes.
 const (
-	headerRequestID     = "X-Request-Id"
-	HeaderVersion       = "Gateway-Version"
-	HeaderAuthorization = "Authorization"
+	headerRequestID = "X-Request-Id"
+	// headerAnthropicRequestID is where Anthropic's API and SDKs carry the
+	// request id (the SDKs' _request_id); the Anthropic wire sets both.
+	headerAnthropicRequestID = "Request-Id"
+	HeaderVersion            = "Gateway-Version"
+	HeaderAuthorization      = "Authorization"
 	// HeaderAPIKey carries the key on the Anthropic-compatible routes.
 	HeaderAPIKey          = "X-Api-Key"
 	headerWWWAuthenticate = "WWW-Authenticate"
@@ -129,6 +132,9 @@ func (e *Edge) Wrap(method string, a hotpath.Access, wire Envelope, h Handler) f
 			e.startTrace(ctx, c, a)
 		}
 		ctx.Response.Header.SetBytesV(headerRequestID, c.ID())
+		if wire == EnvelopeAnthropic {
+			ctx.Response.Header.SetBytesV(headerAnthropicRequestID, c.ID())
+		}
 		if err := e.serve(ctx, c, a, wire, h); err != nil {
 			e.writeError(ctx, c, wire, err)
 		}

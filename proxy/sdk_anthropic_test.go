@@ -255,6 +255,26 @@ func TestAnthropicKeyHeaders(t *testing.T) {
 	// A Bearer key on the OpenAI routes stays the only way in there.
 	r = f.post(t, "/v1/chat/completions", `{"model":"mira","messages":[{"role":"user","content":"hi"}]}`, "Authorization", "", "x-api-key", f.key)
 	require.Equal(t, 401, r.status)
+	require.Empty(t, r.header.Get("Request-Id"), "the OpenAI wire carries X-Request-Id only")
+
+	// Anthropic's SDKs read the request id from request-id: every answer
+	// on the wire carries it, streams and refusals included.
+	stream := `{"model":"mira","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi [[sim:tokens=2]]"}]}`
+	for _, tc := range []struct {
+		path, body string
+		status     int
+	}{
+		{"/v1/messages", body, 200},
+		{"/v1/messages", stream, 200},
+		{"/v1/messages", `{"model":"mira"}`, 400},
+		{"/v1/messages/count_tokens", body, 200},
+		{"/v1/messages/nope", body, 404},
+	} {
+		r = f.post(t, tc.path, tc.body, "anthropic-version", "2023-06-01")
+		require.Equal(t, tc.status, r.status, "%s: %s", tc.path, r.body)
+		require.Equal(t, "req-golden", r.header.Get("Request-Id"), "%s %d", tc.path, tc.status)
+		require.Equal(t, "req-golden", r.header.Get("X-Request-Id"))
+	}
 }
 
 // Parallel calls whose fragments the upstream interleaves still arrive as

@@ -325,10 +325,14 @@ func (e *Edge) refuse(ctx *fasthttp.RequestCtx, cerr *codec.Error, close bool) {
 	var id [36]byte
 	rid := hotpath.AppendRequestID(id[:0], time.Now())
 	ctx.Response.Header.SetBytesV(headerRequestID, rid)
+	wire := envelopeOf(string(ctx.Path()))
+	if wire == EnvelopeAnthropic {
+		ctx.Response.Header.SetBytesV(headerAnthropicRequestID, rid)
+	}
 	var v [10]byte
 	ctx.Response.Header.SetBytesV(HeaderVersion, codec.CurrentVersion.AppendTo(v[:0]))
 	e.errors[cerr.Code].Inc()
-	WriteError(ctx, envelopeOf(string(ctx.Path())), cerr, rid)
+	WriteError(ctx, wire, cerr, rid)
 	if close {
 		ctx.SetConnectionClose()
 	}
