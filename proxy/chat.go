@@ -543,8 +543,11 @@ func (ch *Chat) serveTurn(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire chatWi
 		releaseTurn(t)
 	}()
 	streaming, err = t.prepare(ctx, c)
-	if err != nil && !t.rateShown {
-		ch.peekRate(ctx, c, err)
+	if err != nil {
+		err = wire.inOwnTerms(err)
+		if !t.rateShown {
+			ch.peekRate(ctx, c, err)
+		}
 	}
 	return err
 }
