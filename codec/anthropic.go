@@ -24,6 +24,10 @@ type MessagesRequest struct {
 	Thinking      *AnthropicThinking    `json:"thinking,omitempty"`
 	Stream        bool                  `json:"stream"`
 	Metadata      *AnthropicRequestMeta `json:"metadata,omitempty"`
+	// MCPServers and Container are server-side features (remote MCP
+	// servers, code execution), refused as server tools are.
+	MCPServers json.RawMessage `json:"mcp_servers,omitempty"`
+	Container  json.RawMessage `json:"container,omitempty"`
 }
 
 // AnthropicRequestMeta is the request's metadata; user_id is accepted and
@@ -75,7 +79,8 @@ type AnthropicTool struct {
 	CacheControl json.RawMessage `json:"cache_control,omitempty"`
 }
 
-// AnthropicToolChoice is auto, any, tool (with name) or none.
+// AnthropicToolChoice is auto, any, tool (with name) or none;
+// disable_parallel_tool_use true allows one tool_use block at most.
 type AnthropicToolChoice struct {
 	Type                   string `json:"type"`
 	Name                   string `json:"name,omitempty"`
@@ -131,6 +136,12 @@ func (r *MessagesRequest) ToChat(out *ChatRequest, counting bool) *Error {
 	}
 	if len(r.StopSequences) > 0 {
 		return anthropicRefusal("stop_sequences: not supported by this gateway; send none and stop on the client.")
+	}
+	if !emptyJSON(r.MCPServers) {
+		return anthropicRefusal("mcp_servers: not supported; this gateway serves client tools only. Declare the tools in tools and call the MCP servers from the client.")
+	}
+	if !emptyJSON(r.Container) {
+		return anthropicRefusal("container: not supported; this gateway runs no code execution containers.")
 	}
 	if th := r.Thinking; th != nil {
 		var effort string
@@ -214,6 +225,10 @@ func (r *MessagesRequest) ToChat(out *ChatRequest, counting bool) *Error {
 		}
 		if (tc.Type == "any" || tc.Type == "tool") && len(r.Tools) == 0 {
 			return anthropicRefusal("tool_choice: " + tc.Type + " needs at least one tool in tools.")
+		}
+		if tc.DisableParallelToolUse != nil && *tc.DisableParallelToolUse {
+			serial := false
+			out.ParallelToolCalls = &serial
 		}
 	}
 	return nil
@@ -404,6 +419,19 @@ func blocksText(raw []byte, path string) (string, *Error) {
 		texts = append(texts, *blocks[j].Text)
 	}
 	return strings.Join(texts, "\n"), nil
+}
+
+// emptyJSON reports whether a raw value is absent, null, or an empty
+// string, array or object.
+func emptyJSON(raw []byte) bool {
+	v := trimSpace(raw)
+	switch {
+	case len(v) == 0, string(v) == "null", string(v) == `""`:
+		return true
+	case len(v) >= 2 && (v[0] == '[' || v[0] == '{'):
+		return len(trimSpace(v[1:len(v)-1])) == 0
+	}
+	return false
 }
 
 func trimSpace(b []byte) []byte {

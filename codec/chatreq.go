@@ -17,6 +17,10 @@ type ChatRequest struct {
 	Tools           []Tool          `json:"tools,omitempty"`
 	ToolChoice      json.RawMessage `json:"tool_choice,omitempty"`
 	ResponseFormat  *ResponseFormat `json:"response_format,omitempty"`
+	// ParallelToolCalls false asks for one tool call per reply at most;
+	// it goes upstream, where the model honours it. The Anthropic and
+	// Responses wires set it from their own switches.
+	ParallelToolCalls *bool `json:"parallel_tool_calls,omitempty"`
 
 	// Native-family fields; the OpenAI route refuses file_ids and ignores
 	// the rest.

@@ -28,6 +28,9 @@ type ResponsesRequest struct {
 	Metadata           map[string]string `json:"metadata,omitempty"`
 	Background         *bool             `json:"background,omitempty"`
 	Conversation       json.RawMessage   `json:"conversation,omitempty"`
+	// Prompt references a stored prompt template, refused as the other
+	// stored state is.
+	Prompt json.RawMessage `json:"prompt,omitempty"`
 }
 
 // ResponsesTool is a declared tool; only function tools are served.
@@ -96,7 +99,8 @@ func responsesRefusal(msg string) *Error { return &Error{Code: CodeInvalidReques
 // the equivalent chat request; the pipeline's own validation runs on out
 // afterwards.
 func (r *ResponsesRequest) ToChat(out *ChatRequest) *Error {
-	*out = ChatRequest{Model: r.Model, Stream: r.Stream, Temperature: r.Temperature, TopP: r.TopP, MaxTokens: r.MaxOutputTokens}
+	*out = ChatRequest{Model: r.Model, Stream: r.Stream, Temperature: r.Temperature, TopP: r.TopP, MaxTokens: r.MaxOutputTokens,
+		ParallelToolCalls: r.ParallelToolCalls}
 	if r.Store != nil && *r.Store {
 		return ErrResponsesStore
 	}
@@ -108,6 +112,9 @@ func (r *ResponsesRequest) ToChat(out *ChatRequest) *Error {
 	}
 	if c := trimSpace(r.Conversation); len(c) > 0 && !bytes.Equal(c, []byte("null")) {
 		return responsesRefusal("conversation: not supported; this gateway does not store conversations.")
+	}
+	if p := trimSpace(r.Prompt); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		return responsesRefusal("prompt: not supported; this gateway does not store prompt templates. Send instructions and input instead.")
 	}
 	if m := r.MaxOutputTokens; m != nil && *m < 1 {
 		return responsesRefusal("max_output_tokens: must be at least 1.")

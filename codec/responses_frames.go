@@ -81,6 +81,9 @@ type ResponseHead struct {
 	CreatedAt int64
 	Model     string
 	MaxOutput int64
+	// Serial echoes a request's parallel_tool_calls: false; the zero value
+	// is OpenAI's default, true.
+	Serial bool
 }
 
 // AppendResponseItemID appends the id of item i: msg_ or fc_, the
@@ -200,7 +203,12 @@ func AppendResponse(dst []byte, h *ResponseHead, o *ResponseOutput, e *ResponseE
 			n++
 		}
 	}
-	dst = append(dst, `],"parallel_tool_calls":true,"previous_response_id":null,"store":false,"usage":`...)
+	if h.Serial {
+		dst = append(dst, `],"parallel_tool_calls":false`...)
+	} else {
+		dst = append(dst, `],"parallel_tool_calls":true`...)
+	}
+	dst = append(dst, `,"previous_response_id":null,"store":false,"usage":`...)
 	if b := e.Bill; b != nil {
 		dst = append(dst, `{"input_tokens":`...)
 		dst = strconv.AppendInt(dst, b.InputTokens, 10)

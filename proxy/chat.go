@@ -818,7 +818,12 @@ type upstreamRequest struct {
 	Tools           []codec.Tool          `json:"tools,omitempty"`
 	ToolChoice      json.RawMessage       `json:"tool_choice,omitempty"`
 	ResponseFormat  *codec.ResponseFormat `json:"response_format,omitempty"`
+	// ParallelToolCalls is only ever false: true is the upstream's default.
+	ParallelToolCalls *bool `json:"parallel_tool_calls,omitempty"`
 }
+
+// serialToolCalls is the parallel_tool_calls: false sent upstream.
+var serialToolCalls = new(bool)
 
 var includeUsage = &codec.StreamOptions{IncludeUsage: true}
 
@@ -838,6 +843,11 @@ func (t *turn) buildUpstreamRequest(r *fasthttp.Request) error {
 		// no tool_choice means, and OpenAI refuses a tool_choice without
 		// tools; null is no choice.
 		t.upBody.ToolChoice = tc
+	}
+	if p := t.req.ParallelToolCalls; p != nil && !*p && len(t.req.Tools) > 0 {
+		// OpenAI refuses parallel_tool_calls without tools, where it
+		// means nothing.
+		t.upBody.ParallelToolCalls = serialToolCalls
 	}
 	if t.req.Stream {
 		t.upBody.StreamOptions = includeUsage

@@ -218,6 +218,7 @@ func TestResponsesRefusals(t *testing.T) {
 	cases := []struct{ name, body, msg string }{
 		{"store", `{"model":"mira","store":true,"input":"hi"}`, "store: true is not supported"},
 		{"previous_response_id", `{"model":"mira","previous_response_id":"resp_1","input":"hi"}`, "previous_response_id: not supported"},
+		{"prompt", `{"model":"mira","prompt":{"id":"pmpt_abc","version":"2"},"input":"hi"}`, "prompt: not supported; this gateway does not store prompt templates. Send instructions and input instead."},
 		{"hosted_tool", `{"model":"vaani","tools":[{"type":"web_search"}],"input":"hi"}`, `tools[0].type: only function tools`},
 		{"no_input", `{"model":"mira"}`, "input: required"},
 		{"bad_item", `{"model":"mira","input":[{"type":"computer_call_output","call_id":"c"}]}`, `input[0].type: "computer_call_output" is not supported`},

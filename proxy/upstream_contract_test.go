@@ -114,6 +114,9 @@ func TestUpstreamContract(t *testing.T) {
 		{"tool_choice named", `{"model":"mira","tools":[` + weather + `],"tool_choice":{"type":"function","function":{"name":"get_weather"}},"messages":[` + user + `]}`, "mira", "get_weather"},
 		{"tool_choice null", `{"model":"mira","tools":[` + weather + `],"tool_choice":null,"messages":[` + user + `]}`, "mira", ""},
 		{"tool_choice without tools", `{"model":"mira","tool_choice":"auto","messages":[` + user + `]}`, "mira", ""},
+		{"parallel_tool_calls false", `{"model":"mira","tools":[` + weather + `],"parallel_tool_calls":false,"messages":[` + user + `]}`, "mira", ""},
+		{"parallel_tool_calls true", `{"model":"mira","tools":[` + weather + `],"parallel_tool_calls":true,"messages":[` + user + `]}`, "mira", ""},
+		{"parallel_tool_calls without tools", `{"model":"mira","parallel_tool_calls":false,"messages":[` + user + `]}`, "mira", ""},
 		{"tool results", `{"model":"mira","tools":[` + weather + `],"tool_choice":"auto","messages":[` + user + `,` +
 			`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Pune\"}"}}]},` +
 			`{"role":"tool","tool_call_id":"call_1","content":"31C and sunny"}]}`, "mira", ""},
@@ -180,6 +183,11 @@ func checkUpstreamBody(t testing.TB, tier, client string, upstream []byte) {
 	}
 	if tc, ok := in["tool_choice"]; ok && tc != nil && in["tools"] != nil {
 		want["tool_choice"] = tc
+	}
+	if in["parallel_tool_calls"] == false && in["tools"] != nil {
+		// Only false goes upstream (true is the default), and only
+		// with tools, as OpenAI requires.
+		want["parallel_tool_calls"] = false
 	}
 	if in["stream"] == true {
 		want["stream"] = true

@@ -252,7 +252,8 @@ func (t *turn) decodeResponses(body []byte) *codec.Error {
 
 // responseHead fills the head the Responses wire repeats.
 func (t *turn) responseHead() *codec.ResponseHead {
-	t.rhead = codec.ResponseHead{ID: t.head.ID, CreatedAt: t.head.Created, Model: t.head.Model, MaxOutput: t.intent.MaxTokens}
+	t.rhead = codec.ResponseHead{ID: t.head.ID, CreatedAt: t.head.Created, Model: t.head.Model, MaxOutput: t.intent.MaxTokens,
+		Serial: t.req.ParallelToolCalls != nil && !*t.req.ParallelToolCalls}
 	return &t.rhead
 }
 

@@ -33,6 +33,7 @@ type chatRequest struct {
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	ReasoningEffort     *string         `json:"reasoning_effort"`
 	ResponseFormat      *responseFormat `json:"response_format"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 }
 
 type chatMessage struct {
@@ -346,8 +347,10 @@ var errContent = simError("content must be a string, null or an array of parts")
 
 // chooseCalls returns the tools the reply calls: those a tool directive
 // names (unless the conversation ends with a tool result, so that a tool
-// loop ends in a text answer), else the one tool_choice names, else the
-// first tool when tool_choice is "required".
+// loop ends in a text answer), only the first of them when
+// parallel_tool_calls is false, as OpenAI's models then call one; else the
+// one tool_choice names, else the first tool when tool_choice is
+// "required".
 func chooseCalls(req *chatRequest, d *directives, msgs []tokens.Message) ([]*chatTool, error) {
 	find := func(name string) *chatTool {
 		for i := range req.Tools {
@@ -363,6 +366,9 @@ func chooseCalls(req *chatRequest, d *directives, msgs []tokens.Message) ([]*cha
 			if calls[i] = find(name); calls[i] == nil {
 				return nil, simError("tool " + strconv.Quote(name) + " is not declared in tools")
 			}
+		}
+		if p := req.ParallelToolCalls; p != nil && !*p {
+			calls = calls[:1]
 		}
 		return calls, nil
 	}

@@ -54,10 +54,12 @@
 //	[[sim:reasoning=N]]       N reasoning tokens first (reasoning_content), unless
 //	                          reasoning_effort is "none"
 //	[[sim:tool=A]]            call declared tool A with arguments valid for its schema;
-//	[[sim:tool=A,B]]          several parallel calls, fragments interleaved by index;
-//	                          400 when a name is not declared; ignored when the
-//	                          conversation ends with a tool result, so a tool loop
-//	                          ends with text. Ids are tc_ and 16 hex digits.
+//	[[sim:tool=A,B]]          several parallel calls, fragments interleaved by index
+//	                          (only A when parallel_tool_calls is false, as OpenAI's
+//	                          models then call one tool); 400 when a name is not
+//	                          declared; ignored when the conversation ends with a
+//	                          tool result, so a tool loop ends with text. Ids are
+//	                          tc_ and 16 hex digits.
 //	[[sim:status=CODE]]       answer CODE (400 to 599) with an OpenAI error body
 //	[[sim:fail_first=N]]      503 for the first N attempts of this exact body, then success
 //	[[sim:drop_after=N]]      stream: close the connection after N token chunks (no

@@ -177,6 +177,34 @@ func TestParallelToolCalls(t *testing.T) {
 	require.Equal(t, []int{0, 1, 0, 1}, order2[:4])
 }
 
+// TestParallelToolCallsFalse: with parallel_tool_calls false a reply that
+// would call several tools calls only the first, as OpenAI's models do;
+// true is the default.
+func TestParallelToolCallsFalse(t *testing.T) {
+	h := newHarness(t, Config{})
+	tools := []any{tool("get_weather", weatherSchema), tool("place_order", orderSchema)}
+	const both = "[[sim:tool=get_weather,place_order]]"
+
+	v, _ := h.postJSON("/v1/chat/completions", chat(both, "tools", tools, "parallel_tool_calls", false), http.StatusOK)
+	calls := dig(t, v, "choices.0.message.tool_calls").([]any)
+	require.Len(t, calls, 1)
+	require.Equal(t, "get_weather", dig(t, calls[0], "function.name"))
+	require.NoError(t, validate(compileSchema(t, weatherSchema), dig(t, calls[0], "function.arguments").(string)))
+	require.Equal(t, "tool_calls", dig(t, v, "choices.0.finish_reason"))
+
+	s, _ := h.stream(chat(both, "tools", tools, "parallel_tool_calls", false))
+	require.True(t, s.done)
+	got := assembleCalls(t, s.frames)
+	require.Len(t, got, 1)
+	require.Equal(t, "get_weather", got[0].name)
+
+	v, _ = h.postJSON("/v1/chat/completions", chat(both, "tools", tools, "parallel_tool_calls", true), http.StatusOK)
+	require.Len(t, dig(t, v, "choices.0.message.tool_calls").([]any), 2)
+
+	// Every name is still checked against tools.
+	h.postJSON("/v1/chat/completions", chat("[[sim:tool=get_weather,nope]]", "tools", tools, "parallel_tool_calls", false), http.StatusBadRequest)
+}
+
 func TestToolCallEdges(t *testing.T) {
 	h := newHarness(t, Config{})
 	tools := []any{tool("get_weather", weatherSchema), tool("no_params", `{"type":"object","properties":{}}`)}

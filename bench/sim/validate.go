@@ -64,7 +64,7 @@ var topFields = map[string]func(v *validator, val any) *requestError{
 	"presence_penalty":      func(_ *validator, val any) *requestError { return wantNumber("presence_penalty", val, -2, 2) },
 	"logprobs":              func(_ *validator, val any) *requestError { return wantBool("logprobs", val) },
 	"top_logprobs":          func(_ *validator, val any) *requestError { return wantInt("top_logprobs", val, 0) },
-	"parallel_tool_calls":   func(_ *validator, val any) *requestError { return wantBool("parallel_tool_calls", val) },
+	"parallel_tool_calls":   (*validator).parallelToolCalls,
 	"store":                 func(_ *validator, val any) *requestError { return wantBool("store", val) },
 	"user":                  func(_ *validator, val any) *requestError { return wantString("user", val) },
 	"reasoning_effort": func(_ *validator, val any) *requestError {
@@ -431,6 +431,19 @@ func (v *validator) toolList() *requestError {
 			return &requestError{msg: "Invalid 'tools': duplicate function name '" + name + "'.", param: "tools", code: "invalid_value"}
 		}
 		v.tools = append(v.tools, name)
+	}
+	return nil
+}
+
+// parallelToolCalls checks parallel_tool_calls: a bool, which, like
+// tool_choice, comes only with tools.
+func (v *validator) parallelToolCalls(val any) *requestError {
+	if e := wantBool("parallel_tool_calls", val); e != nil {
+		return e
+	}
+	if tools, _ := v.req["tools"].([]any); len(tools) == 0 {
+		return &requestError{msg: "Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed when 'tools' are specified.",
+			param: "parallel_tool_calls", code: "invalid_value"}
 	}
 	return nil
 }
