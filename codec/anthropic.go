@@ -328,7 +328,11 @@ func (r *MessagesRequest) appendMessage(out *ChatRequest, i int) *Error {
 			out.Messages = append(out.Messages, Message{Role: "tool", ToolCallID: b.ToolUseID, Content: AppendJSONString(nil, text)})
 		case "thinking", "redacted_thinking":
 			// The model's earlier thinking is not sent back upstream:
-			// OpenAI-compatible servers take no reasoning input.
+			// OpenAI-compatible servers take no reasoning input. It is the
+			// model's own, so only an assistant message may carry it.
+			if m.Role != "assistant" {
+				return anthropicRefusal(bpath + ".type: " + b.Type + " blocks are allowed only in assistant messages.")
+			}
 		case "":
 			return anthropicRefusal(bpath + ".type: Field required.")
 		default:

@@ -192,6 +192,14 @@ func TestWireStoredAndServerFeatures(t *testing.T) {
 			"container: not supported; this gateway runs no code execution containers."},
 		{"container params", `{"model":"mira","max_tokens":64,"container":{"id":"container_011CQ"},` + user + `}`,
 			"container: not supported"},
+		// Thinking is the model's own: a user message carrying it was
+		// dropped whole, and the request refused as having no messages.
+		{"thinking in a user message", `{"model":"mira","max_tokens":64,"messages":[{"role":"user","content":[` +
+			`{"type":"thinking","thinking":"x","signature":"s"}]}]}`,
+			"messages[0].content[0].type: thinking blocks are allowed only in assistant messages."},
+		{"redacted thinking in a user message", `{"model":"mira","max_tokens":64,"messages":[{"role":"user","content":[` +
+			`{"type":"text","text":"hi"},{"type":"redacted_thinking","data":"x"}]}]}`,
+			"messages[0].content[1].type: redacted_thinking blocks are allowed only in assistant messages."},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
