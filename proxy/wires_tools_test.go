@@ -43,6 +43,17 @@ func sseData(t *testing.T, body []byte, typ string) []map[string]any {
 // false) gets one call where the model would make two, as from the
 // vendors' APIs: the setting goes upstream as parallel_tool_calls false,
 // and only then, and only with tools.
+// parallelCases are the parallel_tool_calls settings of the Responses and
+// chat wires, and the tool calls each answer makes.
+var parallelCases = []struct {
+	param string
+	calls int
+}{
+	{`,"parallel_tool_calls":false`, 1},
+	{`,"parallel_tool_calls":true`, 2},
+	{``, 2},
+}
+
 func TestParallelToolCallsOff(t *testing.T) {
 	up := recordingSim(t)
 	f := newChatFixture(t, func(o *fixtureOptions) { o.dial = up.dial })
@@ -108,14 +119,7 @@ func TestParallelToolCallsOff(t *testing.T) {
 	})
 
 	t.Run("responses", func(t *testing.T) {
-		for _, c := range []struct {
-			param string
-			calls int
-		}{
-			{`,"parallel_tool_calls":false`, 1},
-			{`,"parallel_tool_calls":true`, 2},
-			{``, 2},
-		} {
+		for _, c := range parallelCases {
 			echo := c.calls == 2 // the response echoes the effective value
 			body := `{"model":"vaani","tools":` + responsesTools + c.param + `,"input":"` + both + `"}`
 			r := f.post(t, "/v1/responses", body)
@@ -144,14 +148,7 @@ func TestParallelToolCallsOff(t *testing.T) {
 	})
 
 	t.Run("chat", func(t *testing.T) {
-		for _, c := range []struct {
-			param string
-			calls int
-		}{
-			{`,"parallel_tool_calls":false`, 1},
-			{`,"parallel_tool_calls":true`, 2},
-			{``, 2},
-		} {
+		for _, c := range parallelCases {
 			for _, path := range []string{"/v1/chat/completions", "/api/v1/chat"} {
 				body := `{"model":"vaani","tools":` + tools + c.param + `,"messages":[{"role":"user","content":"` + both + `"}]}`
 				r := f.post(t, path, body)

@@ -352,16 +352,37 @@ func TestEvalBudgets(t *testing.T) {
 	require.EqualValues(t, 3, stop["counts"].(map[string]any)["cancelled"])
 }
 
+// evalFixture is an app with a tenant, its client and one suite, and a
+// one-message conversation for the suite's cases.
+type evalFixture struct {
+	ta          *testApp
+	tn          tenant
+	c           evalClient
+	suite, base string
+	user        []any
+}
+
+func newEvalFixture(t *testing.T, email, name string) evalFixture {
+	t.Helper()
+	fx := evalFixture{ta: startTestApp(t), user: []any{map[string]any{"role": "user", "content": "hi"}}}
+	fx.tn = newTenant(t, fx.ta.dbURL, email)
+	fx.c = evalClient{addr: fx.ta.Addr(), key: fx.tn.key}
+	fx.suite = fx.c.suite(t, name)
+	fx.base = "/api/v1/evals/suites/" + fx.suite
+	return fx
+}
+
+// withAssertion is a case body of the fixture's conversation with one
+// assertion.
+func (fx evalFixture) withAssertion(a any) map[string]any {
+	return map[string]any{"messages": fx.user, "assertions": []any{a}}
+}
+
 // Bad input is 400 naming the field, never a partial write; another
 // workspace's or organization's ids are 404 with the eval codes.
 func TestEvalBadInputAndIsolation(t *testing.T) {
-	ta := startTestApp(t)
-	tn := newTenant(t, ta.dbURL, "owner@example.com")
-	c := evalClient{addr: ta.Addr(), key: tn.key}
-	suite := c.suite(t, "Checks")
-	base := "/api/v1/evals/suites/" + suite
-	user := []any{map[string]any{"role": "user", "content": "hi"}}
-	withAssertion := func(a any) map[string]any { return map[string]any{"messages": user, "assertions": []any{a}} }
+	fx := newEvalFixture(t, "owner@example.com", "Checks")
+	ta, tn, c, suite, base, user, withAssertion := fx.ta, fx.tn, fx.c, fx.suite, fx.base, fx.user, fx.withAssertion
 	long := strings.Repeat("x", 70<<10)
 	for _, tc := range []struct {
 		name, method, path string
@@ -578,13 +599,8 @@ func TestEvalRevokedKeyEndsTheRun(t *testing.T) {
 // escape \u0000 are refused naming the field, on create, patch and import,
 // while an escaped backslash before "u0000" is plain text and kept.
 func TestEvalCaseRefusesNUL(t *testing.T) {
-	ta := startTestApp(t)
-	tn := newTenant(t, ta.dbURL, "nul@example.com")
-	c := evalClient{addr: ta.Addr(), key: tn.key}
-	suite := c.suite(t, "Nul")
-	base := "/api/v1/evals/suites/" + suite
-	user := []any{map[string]any{"role": "user", "content": "hi"}}
-	withAssertion := func(a any) map[string]any { return map[string]any{"messages": user, "assertions": []any{a}} }
+	fx := newEvalFixture(t, "nul@example.com", "Nul")
+	c, base, user, withAssertion := fx.c, fx.base, fx.user, fx.withAssertion
 	tool := func(desc string) []any {
 		return []any{map[string]any{"type": "function", "function": map[string]any{"name": "f", "description": desc,
 			"parameters": map[string]any{"type": "object"}}}}
