@@ -2,7 +2,10 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -16,7 +19,7 @@ const sentinelRefresh = 5 * time.Second
 // OpenRedis connects to Redis and checks that it answers. Redis is
 // optional: a single process keeps its counters in memory.
 //
-// url is a redis:// (or rediss://) URL in the form rueidis.ParseURL reads:
+// raw is a redis:// (or rediss://) URL in the form rueidis.ParseURL reads:
 //
 //   - redis://host:6379/0: one server. When that server is a Redis Cluster
 //     node, the client finds the cluster from it.
@@ -30,8 +33,8 @@ const sentinelRefresh = 5 * time.Second
 //
 // The client's mode (single, cluster, sentinel) is what RedisCounters reads
 // to decide whether its keys carry hash tags.
-func OpenRedis(ctx context.Context, url string) (rueidis.Client, error) {
-	opt, err := ParseRedisURL(url)
+func OpenRedis(ctx context.Context, raw string) (rueidis.Client, error) {
+	opt, err := ParseRedisURL(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -47,11 +50,24 @@ func OpenRedis(ctx context.Context, url string) (rueidis.Client, error) {
 }
 
 // ParseRedisURL reads a Redis URL (see OpenRedis) into the client options
-// the gateway uses.
-func ParseRedisURL(url string) (rueidis.ClientOption, error) {
-	opt, err := rueidis.ParseURL(url)
+// the gateway uses. Its errors never quote the URL's password.
+func ParseRedisURL(raw string) (rueidis.ClientOption, error) {
+	opt, err := rueidis.ParseURL(raw)
 	if err != nil {
-		return opt, fmt.Errorf("redis-url: %w", err)
+		// The parser's message quotes the URL, or pieces of a password it
+		// misread as host, port or path. The same URL with its password
+		// masked fails the same way when the fault is elsewhere, and its
+		// message can quote only the mask.
+		redacted := redactRedisURL(raw)
+		_, err = rueidis.ParseURL(redacted)
+		var ue *url.Error
+		switch {
+		case err == nil:
+			err = errors.New("the password is not valid in a URL (percent-encode its reserved characters)")
+		case errors.As(err, &ue):
+			err = ue.Err // without the URL, quoted below
+		}
+		return opt, fmt.Errorf("redis-url: cannot parse `%s`: %w", redacted, err)
 	}
 	opt.DisableCache = true // client-side caching needs server support the gateway does not rely on
 	opt.ShuffleInit = len(opt.InitAddress) > 1
@@ -59,4 +75,24 @@ func ParseRedisURL(url string) (rueidis.ClientOption, error) {
 		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
 	}
 	return opt, nil
+}
+
+// redactRedisURL masks the password of a Redis URL, parsable or not, as
+// the database URLs' errors do: the user information runs to the last '@'
+// (as the parser reads it), and everything after its first ':' is masked.
+// Without "://" all before the last '@' is masked.
+func redactRedisURL(raw string) string {
+	at := strings.LastIndexByte(raw, '@')
+	if at < 0 {
+		return raw
+	}
+	scheme, rest, ok := strings.Cut(raw[:at], "://")
+	if !ok {
+		return "xxxxx" + raw[at:]
+	}
+	user, _, hasPassword := strings.Cut(rest, ":")
+	if !hasPassword {
+		return raw
+	}
+	return scheme + "://" + user + ":xxxxx" + raw[at:]
 }

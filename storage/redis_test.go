@@ -34,4 +34,21 @@ func TestParseRedisURL(t *testing.T) {
 		_, err := storage.ParseRedisURL("http://x")
 		require.ErrorContains(t, err, "redis-url")
 	})
+	// An error names the setting and shows the URL, its password masked,
+	// however the password broke the URL.
+	t.Run("InvalidRedacted", func(t *testing.T) {
+		for _, c := range []struct{ url, shown string }{
+			{"redis://:SECRETPW@bad host/0", "`redis://:xxxxx@bad host/0`: invalid character"},
+			{"redis://gw:SECRETPW@h:port/0", "`redis://gw:xxxxx@h:port/0`: invalid port"},
+			{"redis://:SECRET/PW@h:6379/0", "`redis://:xxxxx@h:6379/0`: the password is not valid"},
+			{"redis://:SE:CR@ET/PW@h/db", "`redis://:xxxxx@h/db`: redis: invalid database number"},
+			{"http://:SECRETPW@h", "`http://:xxxxx@h`"},
+		} {
+			_, err := storage.ParseRedisURL(c.url)
+			require.ErrorContains(t, err, "redis-url: cannot parse "+c.shown, c.url)
+			for _, part := range []string{"SECRET", "PW", "CR", "ET"} {
+				require.NotContains(t, err.Error(), part, c.url)
+			}
+		}
+	})
 }

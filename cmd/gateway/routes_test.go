@@ -5,7 +5,9 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -262,6 +264,32 @@ func TestNoSecretInLogsOrMetrics(t *testing.T) {
 		for _, s := range secrets {
 			require.NotContains(t, text, s[len(s)-20:])
 		}
+	}
+}
+
+// The admin listener serves pprof but not the process's command line,
+// whose flags can carry secrets.
+func TestAdminListenerHidesCommandLine(t *testing.T) {
+	const secret = "cmdline-secret-pw"
+	args := os.Args
+	os.Args = append(slices.Clone(args), "--database-url", "postgres://gw:"+secret+"@db/gw", "--otel-headers", "authorization=Bearer "+secret)
+	t.Cleanup(func() { os.Args = args })
+	ta := startTestApp(t)
+	get := func(path string) (int, string) {
+		r, err := http.Get("http://" + ta.adminLn.Addr().String() + path)
+		require.NoError(t, err)
+		defer r.Body.Close()
+		body, err := io.ReadAll(r.Body)
+		require.NoError(t, err)
+		return r.StatusCode, string(body)
+	}
+	code, body := get("/debug/pprof/cmdline")
+	require.Equal(t, http.StatusNotFound, code)
+	require.NotContains(t, body, secret)
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=1", "/debug/pprof/symbol"} {
+		code, body := get(path)
+		require.Equal(t, http.StatusOK, code, path)
+		require.NotContains(t, body, secret, path)
 	}
 }
 

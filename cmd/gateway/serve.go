@@ -137,9 +137,18 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	c.dbConns = dbConns
 }
 
+// maxDBConns bounds --database-max-conns: PostgreSQL accepts no more
+// connections than this (max_connections' own ceiling).
+const maxDBConns = 1<<18 - 1
+
 // validate checks every setting and names the first one that is wrong.
 func (c *serveConfig) validate() error {
 	if c.dbConns != nil {
+		// Checked before the conversion, which would wrap a large value
+		// into a small or negative pool.
+		if n := *c.dbConns; n < 1 || n > maxDBConns {
+			return fmt.Errorf("database-max-conns: %d is out of range: from 1 to %d (PostgreSQL's highest max_connections)", n, maxDBConns)
+		}
 		c.DB.MaxConns = int32(*c.dbConns)
 	}
 	var err error
@@ -262,8 +271,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a, err := startApp(ctx, cfg, log)
-	var bind *bindError
-	if errors.As(err, &bind) {
+	var (
+		bind *bindError
+		conf *configError
+	)
+	switch {
+	case errors.As(err, &conf):
+		fmt.Fprintf(stderr, "gateway serve: invalid configuration: %v\n", err)
+		return 2
+	case errors.As(err, &bind):
 		fmt.Fprintf(stderr, "gateway serve: %v\n", err)
 		return 2
 	}
@@ -356,6 +372,15 @@ func (e *bindError) Error() string {
 
 func (e *bindError) Unwrap() error { return e.err }
 
+// configError is a setting of the --config file (or what it names, such
+// as a provider's key variable) that cannot be used: `serve` exits 2
+// naming it, as it does for a flag, before it has served anything.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+
+func (e *configError) Unwrap() error { return e.err }
+
 // listen binds every listener before anything is served: a gateway that
 // cannot bind one of its addresses serves on none of them.
 func (a *app) listen() error {
@@ -379,7 +404,7 @@ func (a *app) listen() error {
 func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, error) {
 	st, err := loadSettings(cfg.ConfigPath)
 	if err != nil {
-		return nil, err
+		return nil, &configError{err}
 	}
 	tiers := st.Tiers
 	a := &app{cfg: cfg, log: log, done: make(chan struct{})}
@@ -494,7 +519,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	limits, err := meter.NewLimits(meter.LimitsConfig{Counters: counters, Plans: st.Plans, DefaultPlan: st.DefaultPlan, Tiers: tiers})
 	if err != nil {
 		a.shutdown()
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, &configError{fmt.Errorf("config: %w", err)}
 	}
 	// With Redis a request waits on one round trip, its admission; its
 	// settlement goes out after the answer.
@@ -520,7 +545,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	ups, err := a.buildUpstreams(st, log)
 	if err != nil {
 		a.shutdown()
-		return nil, err
+		return nil, &configError{err}
 	}
 	for name, up := range ups {
 		// 0 closed, 1 open, 2 half_open: alerting on > 0 finds a tier
@@ -554,7 +579,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	}
 	if a.status, err = a.newStatus(st.Status, ups, st.RerankShape); err != nil {
 		a.shutdown()
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, &configError{fmt.Errorf("config: %w", err)}
 	}
 	a.api.Status = a.status
 	a.api.Register(rt)
@@ -595,7 +620,9 @@ func (a *app) startAdmin(set *metrics.Set) {
 		metrics.WriteProcessMetrics(w)
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	// The command line is not served: flags can carry secrets
+	// (--database-url's password, --otel-headers' credentials).
+	mux.HandleFunc("/debug/pprof/cmdline", http.NotFound)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
