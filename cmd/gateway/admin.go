@@ -76,6 +76,11 @@ func (e usageError) Error() string { return e.msg }
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
 func runAdmin(args []string, stdout, stderr io.Writer) int {
+	// Help asked for, before or in place of a command, is no mistake.
+	if (len(args) > 0 && isHelp(args[0])) || (len(args) > 1 && isHelp(args[1])) {
+		fmt.Fprint(stdout, adminUsage)
+		return 0
+	}
 	if len(args) < 2 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprint(stderr, adminUsage)
 		return 2

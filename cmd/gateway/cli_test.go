@@ -37,6 +37,8 @@ func TestAdminCommands(t *testing.T) {
 
 	ws := admin(t, url, "workspace", "create", "--org", org["id"].(string), "--name", "Data Team!", "--spend-cap-usd", "0.000001")
 	require.Equal(t, "data-team", ws["slug"])
+	require.ElementsMatch(t, []string{"id", "object", "org_id", "name", "slug", "spend_cap_micros", "is_default", "created_at", "updated_at"},
+		keys(ws), "as the README lists it")
 	require.Equal(t, float64(1), ws["spend_cap_micros"])
 	key := admin(t, url, "key", "create", "--user", user["id"].(string), "--org", org["id"].(string),
 		"--kind", "signed_in", "--scopes", "memory,rules,files", "--models", "kavi,mira", "--read-only",
@@ -151,6 +153,7 @@ func TestCommandsRefuseStrayArgumentsAndBadEnvironment(t *testing.T) {
 		{"serve", "--database-url", "postgres://x@127.0.0.1/db", "extra"},
 		{"migrate", "--database-url", "postgres://x@127.0.0.1/db", "extra"},
 		{"sim", "extra"},
+		{"version", "extra"},
 		{"admin", "org", "create", "--name", "x", "extra"},
 	} {
 		code, out, errOut := runCLI(args...)
@@ -164,6 +167,28 @@ func TestCommandsRefuseStrayArgumentsAndBadEnvironment(t *testing.T) {
 	require.Contains(t, errOut, "GATEWAY_READ_ONLY")
 }
 
+// Help asked for is no mistake: it goes to stdout and exits 0. Before a
+// command it is the command list, not serve's flags.
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"-help"}} {
+		code, out, errOut := runCLI(args...)
+		require.Zero(t, code, "%v: %s", args, errOut)
+		require.Contains(t, out, "commands:", "%v", args)
+		require.NotContains(t, out+errOut, "--database-url", "%v: the command list, not serve's flags", args)
+	}
+	for _, args := range [][]string{{"admin", "help"}, {"admin", "--help"}, {"admin", "-h"}, {"admin", "org", "--help"}} {
+		code, out, errOut := runCLI(args...)
+		require.Zero(t, code, "%v: %s", args, errOut)
+		require.Contains(t, out, "usage: gateway admin", "%v", args)
+	}
+	code, _, errOut := runCLI("version", "--help")
+	require.Zero(t, code)
+	require.Contains(t, errOut, "usage: gateway version")
+	code, out, _ := runCLI("admin")
+	require.Equal(t, 2, code, "no command is a mistake")
+	require.Empty(t, out)
+}
+
 func TestServeHelpListsEverySetting(t *testing.T) {
 	code, _, errOut := runCLI("serve", "--help")
 	require.Zero(t, code)
@@ -171,6 +196,9 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 		"GATEWAY_CONFIG", "GATEWAY_ADMIN_ADDR", "GATEWAY_LOG_LEVEL", "GATEWAY_KEY_CACHE_TTL", "GATEWAY_DEMO"} {
 		require.Contains(t, errOut, s)
 	}
+	require.NotContains(t, errOut, "(default -1)", "no sentinel shows as a default")
+	require.Contains(t, errOut, "(default 1, or OTEL_TRACES_SAMPLER_ARG)")
+	require.Contains(t, errOut, "export batch, a positive duration [$GATEWAY_OTEL_EXPORT_INTERVAL] (default 5s)")
 }
 
 func TestServeRefusesInvalidConfiguration(t *testing.T) {
@@ -193,6 +221,17 @@ func TestServeRefusesInvalidConfiguration(t *testing.T) {
 		{"bad redis", []string{"--database-url", "postgres://x@127.0.0.1/db", "--redis-url", "http://x"}, nil, "redis-url"},
 		{"bad timeout", []string{"--database-url", "postgres://x@127.0.0.1/db", "--read-timeout", "0s"}, nil, "read-timeout"},
 		{"negative memory return", []string{"--database-url", "postgres://x@127.0.0.1/db", "--memory-return-interval", "-1s"}, nil, "memory-return-interval"},
+		{"redis password", []string{"--database-url", "postgres://x@127.0.0.1/db", "--redis-url", "redis://:SECRETPW@bad host/0"}, nil, "redis-url: cannot parse `redis://:xxxxx@bad host/0`"},
+		{"pool wraps to 2", []string{"--database-url", "postgres://x@127.0.0.1/db", "--database-max-conns", "4294967298"}, nil, "database-max-conns: 4294967298 is out of range: from 1 to 262143"},
+		{"pool past int32", []string{"--database-url", "postgres://x@127.0.0.1/db", "--database-max-conns", "3000000000"}, nil, "database-max-conns: 3000000000 is out of range"},
+		{"pool above postgres", []string{"--database-url", "postgres://x@127.0.0.1/db", "--database-max-conns", "262144"}, nil, "out of range"},
+		{"empty pool", []string{"--database-url", "postgres://x@127.0.0.1/db", "--database-max-conns", "0"}, nil, "out of range"},
+		{"negative sample ratio", []string{"--database-url", "postgres://x@127.0.0.1/db", "--otel-sample-ratio", "-0.5"}, nil, "otel-sample-ratio: must be a number from 0 to 1"},
+		{"NaN sample ratio", []string{"--database-url", "postgres://x@127.0.0.1/db", "--otel-sample-ratio", "NaN"}, nil, "otel-sample-ratio: must be a number from 0 to 1"},
+		{"sample ratio above 1", []string{"--database-url", "postgres://x@127.0.0.1/db", "--otel-sample-ratio", "1.5"}, nil, "otel-sample-ratio"},
+		{"NaN sample ratio env", []string{"--database-url", "postgres://x@127.0.0.1/db"}, map[string]string{"GATEWAY_OTEL_SAMPLE_RATIO": "NaN"}, "GATEWAY_OTEL_SAMPLE_RATIO: must be a number from 0 to 1"},
+		{"negative export interval", []string{"--database-url", "postgres://x@127.0.0.1/db", "--otel-export-interval", "-5s"}, nil, "otel-export-interval: must be positive"},
+		{"zero export interval", []string{"--database-url", "postgres://x@127.0.0.1/db", "--otel-export-interval", "0s"}, nil, "otel-export-interval: must be positive"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -206,8 +245,41 @@ func TestServeRefusesInvalidConfiguration(t *testing.T) {
 			code, _, errOut := runCLI(append([]string{"serve"}, c.args...)...)
 			require.Equal(t, 2, code, errOut)
 			require.Contains(t, errOut, c.want)
+			require.NotContains(t, errOut, "SECRETPW")
 		})
 	}
+
+	// The file's settings are refused the same way, before anything is
+	// bound or connected: exit 2 and one plain line naming the setting.
+	files := []struct{ name, body, want string }{
+		{"unknown key", "tiers:\n  kavi:\n    upstream_secret: x\n", "tiers.kavi.upstream_secret: unknown setting (line 3)"},
+		{"unknown provider", "tiers:\n  kavi:\n    provider: nope\n    upstream_model: m\n", `config tiers.kavi.provider: "nope" is not defined`},
+		{"deadline in words", "tiers:\n  kavi:\n    deadline: 45 seconds\n", "tiers.kavi.deadline: not a duration"},
+		{"deadline without unit", "tiers:\n  mira:\n    deadline: 45\n", "tiers.mira.deadline: not a duration"},
+		{"negative size", "tiers:\n  kavi:\n    max_output: -5\n", "config tiers.kavi.max_output"},
+		{"negative conns", "providers:\n  p:\n    base_url: http://p\n    max_conns: -1\n", "config providers.p.max_conns"},
+		{"unknown tier", "tiers:\n  gpt4:\n    max_output: 1\n", "config tiers.gpt4: unknown tier"},
+		{"not yaml", "tiers: [", "yaml: line 1"},
+		{"two documents", "tiers:\n  kavi:\n    max_output: 100\n---\ntiers:\n  gpt4:\n    max_output: 1\n", "a second YAML document"},
+	}
+	for _, f := range files {
+		t.Run("file "+f.name, func(t *testing.T) {
+			p := write(strings.ReplaceAll(f.name, " ", "_")+".yaml", f.body)
+			code, out, errOut := runCLI("serve", "--config", p, "--database-url", "postgres://x@127.0.0.1:1/db",
+				"--addr", "127.0.0.1:0", "--admin-addr", "")
+			require.Equal(t, 2, code, errOut)
+			require.Empty(t, out)
+			require.Equal(t, "gateway serve: invalid configuration: ", errOut[:min(len(errOut), 38)], errOut)
+			require.Contains(t, errOut, f.want)
+			require.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %s", errOut)
+		})
+	}
+	t.Run("file missing", func(t *testing.T) {
+		code, _, errOut := runCLI("serve", "--config", filepath.Join(dir, "missing.yaml"), "--database-url", "postgres://x@127.0.0.1:1/db",
+			"--addr", "127.0.0.1:0", "--admin-addr", "")
+		require.Equal(t, 2, code, errOut)
+		require.Contains(t, errOut, "invalid configuration: config: open ")
+	})
 
 	tiers := map[string]string{
 		"unknown tier":  "tiers:\n  gpt4:\n    max_output: 1\n",
@@ -251,6 +323,13 @@ tiers:
 	require.NoError(t, os.WriteFile(empty, nil, 0o600))
 	_, err = loadTiers(empty)
 	require.NoError(t, err)
+	// A document marker before the settings, or an empty document after
+	// them, leaves one document of settings.
+	marked := filepath.Join(t.TempDir(), "marked.yaml")
+	require.NoError(t, os.WriteFile(marked, []byte("---\ntiers:\n  mira:\n    max_output: 512\n---\n# nothing more\n"), 0o600))
+	tiers, err = loadTiers(marked)
+	require.NoError(t, err)
+	require.Equal(t, 512, tiers[tierIndex(tiers, "mira")].MaxOutput)
 }
 
 func keys(m map[string]any) []string {

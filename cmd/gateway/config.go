@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -189,7 +190,20 @@ func loadSettings(path string) (settings, error) {
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		dec.KnownFields(true)
 		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-			return st, fmt.Errorf("config %s: %w", path, err)
+			return st, fmt.Errorf("config %s: %w", path, namePaths(err, raw))
+		}
+		// Only the first document is decoded: settings after a --- would
+		// be dropped without a word.
+		for {
+			var doc yaml.Node
+			if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return st, fmt.Errorf("config %s: %w", path, err)
+			}
+			if !emptyDocument(&doc) {
+				return st, fmt.Errorf("config %s: line %d: a second YAML document (after ---); put every setting in one", path, doc.Line)
+			}
 		}
 		for name, pc := range fc.Providers {
 			if name == simProvider {
@@ -285,6 +299,97 @@ func loadSettings(path string) (settings, error) {
 	}
 	st.Tiers, st.AuxTiers = tiers, aux
 	return st, nil
+}
+
+// emptyDocument reports whether a YAML document holds nothing (a trailing
+// --- or only comments).
+func emptyDocument(doc *yaml.Node) bool {
+	for _, n := range doc.Content {
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!null" {
+			return false
+		}
+	}
+	return true
+}
+
+// namePaths rewrites a decoding error's "line N: ..." messages to name the
+// setting at that line, since yaml gives only the line: "tiers.kavi.deadline:
+// not a duration ... (line 3)". A message whose setting cannot be told
+// (a line holding several) is kept as it is.
+func namePaths(err error, raw []byte) error {
+	var te *yaml.TypeError
+	var root yaml.Node
+	if !errors.As(err, &te) || yaml.Unmarshal(raw, &root) != nil {
+		return err
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		msgs[i] = m
+		var line int
+		if _, e := fmt.Sscanf(m, "line %d:", &line); e != nil {
+			continue
+		}
+		_, what, _ := strings.Cut(m, ": ")
+		var match func(k, v *yaml.Node) bool
+		if field, ok := strings.CutPrefix(what, "field "); ok && strings.Contains(field, " not found in type ") {
+			field, _, _ = strings.Cut(field, " not found in type ")
+			match = func(k, _ *yaml.Node) bool { return k.Value == field }
+			what = "unknown setting"
+		} else if _, quoted, ok := strings.Cut(what, "`"); ok {
+			// "cannot unmarshal !!str `45 seconds` into time.Duration";
+			// yaml shortens a long value to its start and "...".
+			quoted, _, _ = strings.Cut(quoted, "`")
+			quoted = strings.TrimSuffix(quoted, "...")
+			match = func(_, v *yaml.Node) bool { return v.Kind == yaml.ScalarNode && strings.HasPrefix(v.Value, quoted) }
+			if strings.HasSuffix(what, "into time.Duration") {
+				what = "not a duration: write it with its unit, such as 45s or 2m"
+			}
+		} else {
+			continue
+		}
+		if p := keyPath(&root, line, "", match); p != "" {
+			msgs[i] = fmt.Sprintf("%s: %s (line %d)", p, what, line)
+		}
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// keyPath is the dotted path of the setting at line whose key and value
+// match, or "".
+func keyPath(n *yaml.Node, line int, prefix string, match func(k, v *yaml.Node) bool) string {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if p := keyPath(c, line, prefix, match); p != "" {
+				return p
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if prefix != "" {
+				p = prefix + "." + k.Value
+			}
+			if k.Line == line && match(k, v) {
+				return p
+			}
+			if q := keyPath(v, line, p, match); q != "" {
+				return q
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := fmt.Sprintf("%s[%d]", prefix, i)
+			if c.Line == line && match(&yaml.Node{}, c) {
+				return p
+			}
+			if q := keyPath(c, line, p, match); q != "" {
+				return q
+			}
+		}
+	}
+	return ""
 }
 
 func (tc tierConfig) bind(b *binding, providers map[string]providerConfig) error {

@@ -10,6 +10,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -56,7 +57,9 @@ Run 'gateway <command> --help' for a command's flags.
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	// Flags alone are serve's, except a request for help: that is the
+	// command list (serve's flags are 'gateway serve --help').
+	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || isHelp(args[0])) {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -69,18 +72,37 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "admin":
 		return runAdmin(args, stdout, stderr)
 	case "version":
+		fs := flag.NewFlagSet("gateway version", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "usage: gateway version\n\nPrint the build's commit, API version and schema version as JSON.\n")
+		}
+		if exit, run := parseCommand(fs, args, stderr); !run {
+			return exit
+		}
 		return printJSON(stdout, map[string]any{
 			"commit":         buildCommit(),
 			"api_version":    codec.CurrentVersion.String(),
 			"schema_version": storage.BinaryVersion(),
 		})
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
 	default:
+		if isHelp(cmd) {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
 		fmt.Fprintf(stderr, "gateway: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
+}
+
+// isHelp reports whether arg asks for help: the word help, or a spelling
+// the flag package reads as -h or -help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "help", "-h", "-help", "--h", "--help":
+		return true
+	}
+	return false
 }
 
 func printJSON(w io.Writer, v any) int {

@@ -33,9 +33,10 @@ type tracingConfig struct {
 	// Protocol is http/protobuf (the default) or grpc.
 	Protocol string
 	// SampleRatio is the share of new traces sampled, 0 to 1; a client's
-	// traceparent decides for its own trace. Negative: unset (then
-	// OTEL_TRACES_SAMPLER_ARG, else 1).
-	SampleRatio float64
+	// traceparent decides for its own trace. Unless SampleRatioSet,
+	// resolve takes OTEL_TRACES_SAMPLER_ARG, else 1.
+	SampleRatio    float64
+	SampleRatioSet bool
 	// ServiceName is the service.name of the spans. Default gateway (or
 	// OTEL_SERVICE_NAME).
 	ServiceName string
@@ -44,7 +45,7 @@ type tracingConfig struct {
 	// OTEL_EXPORTER_OTLP_TRACES_HEADERS or OTEL_EXPORTER_OTLP_HEADERS.
 	Headers string
 	// ExportInterval is the longest a finished span waits for its batch.
-	// Default 5s.
+	// Zero: 5s (the flag's default).
 	ExportInterval time.Duration
 	// getenv reads the OTEL_ variables; nil is os.Getenv.
 	getenv func(string) string
@@ -53,10 +54,64 @@ type tracingConfig struct {
 func (c *tracingConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Endpoint, "otel-endpoint", "", "OTLP collector URL that spans are exported to (http://host:4318 for http/protobuf, http://host:4317 for grpc); empty, and no OTEL_EXPORTER_OTLP_ENDPOINT, turns tracing off")
 	fs.StringVar(&c.Protocol, "otel-protocol", "", "OTLP protocol: http/protobuf or grpc (default http/protobuf, or OTEL_EXPORTER_OTLP_PROTOCOL)")
-	fs.Float64Var(&c.SampleRatio, "otel-sample-ratio", -1, "share of new traces sampled, 0 to 1; a client's traceparent decides for its own trace (default 1, or OTEL_TRACES_SAMPLER_ARG)")
+	fs.Var(ratioFlag{c}, "otel-sample-ratio", "share of new traces sampled, 0 to 1; a client's traceparent decides for its own trace (default 1, or OTEL_TRACES_SAMPLER_ARG)")
 	fs.StringVar(&c.ServiceName, "otel-service-name", "", "service.name of exported spans (default gateway, or OTEL_SERVICE_NAME)")
 	fs.StringVar(&c.Headers, "otel-headers", "", "headers sent with every export, name=value,name=value (default OTEL_EXPORTER_OTLP_HEADERS)")
-	fs.DurationVar(&c.ExportInterval, "otel-export-interval", 5*time.Second, "longest a finished span waits for its export batch")
+	c.ExportInterval = 5 * time.Second
+	fs.Var(positiveDuration{&c.ExportInterval}, "otel-export-interval", "longest a finished span waits for its export batch, a positive `duration`")
+}
+
+// ratioFlag is --otel-sample-ratio. It records that it was given, since
+// left unset it defers to OTEL_TRACES_SAMPLER_ARG, and takes only a share
+// from 0 to 1 (never NaN).
+type ratioFlag struct{ c *tracingConfig }
+
+func (f ratioFlag) String() string {
+	if f.c == nil || !f.c.SampleRatioSet {
+		return "" // no "(default …)": the usage says what unset means
+	}
+	return strconv.FormatFloat(f.c.SampleRatio, 'g', -1, 64)
+}
+
+func (f ratioFlag) Set(s string) error {
+	r, err := parseRatio(s)
+	if err != nil {
+		return err
+	}
+	f.c.SampleRatio, f.c.SampleRatioSet = r, true
+	return nil
+}
+
+// parseRatio reads a sampling share, 0 to 1.
+func parseRatio(s string) (float64, error) {
+	r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || !(r >= 0 && r <= 1) { // NaN fails both
+		return 0, errors.New("must be a number from 0 to 1")
+	}
+	return r, nil
+}
+
+// positiveDuration is a duration flag that refuses zero and negative
+// values rather than mapping them to the default.
+type positiveDuration struct{ d *time.Duration }
+
+func (f positiveDuration) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f positiveDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (such as 5s or 500ms)")
+	}
+	if d <= 0 {
+		return errors.New("must be positive")
+	}
+	*f.d = d
+	return nil
 }
 
 func (c *tracingConfig) env(name string) string {
@@ -69,6 +124,13 @@ func (c *tracingConfig) env(name string) string {
 // resolve fills what the flags left unset from the standard OTEL_
 // variables and the defaults, and reports whether tracing is on.
 func (c *tracingConfig) resolve() (on bool, err error) {
+	// What the flags hold is checked even with tracing off.
+	if c.SampleRatioSet && !(c.SampleRatio >= 0 && c.SampleRatio <= 1) {
+		return false, errors.New("otel-sample-ratio: must be a number from 0 to 1")
+	}
+	if c.ExportInterval < 0 {
+		return false, errors.New("otel-export-interval: must be positive")
+	}
 	if strings.EqualFold(c.env("OTEL_SDK_DISABLED"), "true") {
 		return false, nil
 	}
@@ -82,19 +144,16 @@ func (c *tracingConfig) resolve() (on bool, err error) {
 	if c.Protocol != "http/protobuf" && c.Protocol != "grpc" {
 		return false, fmt.Errorf("otel-protocol: %q is not http/protobuf or grpc", c.Protocol)
 	}
-	if c.SampleRatio < 0 {
+	if !c.SampleRatioSet {
 		c.SampleRatio = 1
 		if arg := c.env("OTEL_TRACES_SAMPLER_ARG"); arg != "" {
-			if c.SampleRatio, err = strconv.ParseFloat(arg, 64); err != nil {
-				return false, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG: %q is not a number", arg)
+			if c.SampleRatio, err = parseRatio(arg); err != nil {
+				return false, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG: %q %w", arg, err)
 			}
 		}
 	}
-	if c.SampleRatio > 1 || c.SampleRatio < 0 {
-		return false, errors.New("otel-sample-ratio: must be between 0 and 1")
-	}
 	c.ServiceName = firstOf(c.ServiceName, c.env("OTEL_SERVICE_NAME"), "gateway")
-	if c.ExportInterval <= 0 {
+	if c.ExportInterval == 0 {
 		c.ExportInterval = 5 * time.Second
 	}
 	if c.Endpoint != "" {

@@ -6,8 +6,10 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -125,7 +127,7 @@ func TestTracingExportsOverOTLP(t *testing.T) {
 		c.AccessLog = true
 		c.Tracing.Endpoint = rcv.srv.URL // the exporter adds /v1/traces
 		c.Tracing.ExportInterval = 20 * time.Millisecond
-		c.Tracing.SampleRatio = 1 // every trace, so an exported probe would show
+		c.Tracing.SampleRatio, c.Tracing.SampleRatioSet = 1, true // every trace, so an exported probe would show
 	})
 	tn := newTenant(t, ta.dbURL, "otel@example.com")
 	const traceID, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -195,12 +197,12 @@ func TestTracingConfigResolve(t *testing.T) {
 		}
 		return func(k string) string { return m[k] }
 	}
-	c := tracingConfig{SampleRatio: -1, getenv: env()}
+	c := tracingConfig{getenv: env()}
 	on, err := c.resolve()
 	require.NoError(t, err)
 	require.False(t, on, "off by default")
 
-	c = tracingConfig{SampleRatio: -1, Endpoint: "http://collector:4318", getenv: env()}
+	c = tracingConfig{Endpoint: "http://collector:4318", getenv: env()}
 	on, err = c.resolve()
 	require.NoError(t, err)
 	require.True(t, on)
@@ -208,8 +210,9 @@ func TestTracingConfigResolve(t *testing.T) {
 	require.Equal(t, "http/protobuf", c.Protocol)
 	require.Equal(t, 1.0, c.SampleRatio)
 	require.Equal(t, "gateway", c.ServiceName)
+	require.Equal(t, 5*time.Second, c.ExportInterval)
 
-	c = tracingConfig{SampleRatio: -1, getenv: env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317",
+	c = tracingConfig{getenv: env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317",
 		"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "OTEL_TRACES_SAMPLER_ARG", "0.25", "OTEL_SERVICE_NAME", "edge-eu")}
 	on, err = c.resolve()
 	require.NoError(t, err)
@@ -219,7 +222,7 @@ func TestTracingConfigResolve(t *testing.T) {
 	require.Equal(t, 0.25, c.SampleRatio)
 	require.Equal(t, "edge-eu", c.ServiceName)
 
-	c = tracingConfig{SampleRatio: 0.5, ServiceName: "gw", Protocol: "http/protobuf", Endpoint: "https://c.example/x",
+	c = tracingConfig{SampleRatio: 0.5, SampleRatioSet: true, ServiceName: "gw", Protocol: "http/protobuf", Endpoint: "https://c.example/x",
 		getenv: env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "OTEL_TRACES_SAMPLER_ARG", "0.25", "OTEL_SERVICE_NAME", "edge-eu")}
 	_, err = c.resolve()
 	require.NoError(t, err)
@@ -227,21 +230,51 @@ func TestTracingConfigResolve(t *testing.T) {
 	require.Equal(t, 0.5, c.SampleRatio)
 	require.Equal(t, "gw", c.ServiceName)
 
-	c = tracingConfig{SampleRatio: -1, Endpoint: "http://c:4318", getenv: env("OTEL_SDK_DISABLED", "true")}
+	c = tracingConfig{SampleRatio: 0, SampleRatioSet: true, Endpoint: "http://c:4318", getenv: env("OTEL_TRACES_SAMPLER_ARG", "0.25")}
+	_, err = c.resolve()
+	require.NoError(t, err)
+	require.Equal(t, 0.0, c.SampleRatio, "a ratio of 0 given is kept")
+
+	c = tracingConfig{Endpoint: "http://c:4318", getenv: env("OTEL_SDK_DISABLED", "true")}
 	on, err = c.resolve()
 	require.NoError(t, err)
 	require.False(t, on)
 
+	nan := math.NaN()
 	for _, bad := range []tracingConfig{
-		{SampleRatio: -1, Endpoint: "collector:4318"},
-		{SampleRatio: 2, Endpoint: "http://c:4318"},
-		{SampleRatio: -1, Endpoint: "http://c:4318", Protocol: "thrift"},
-		{SampleRatio: -1, Endpoint: "http://c:4318", Headers: "novalue"},
+		{Endpoint: "collector:4318"},
+		{SampleRatio: 2, SampleRatioSet: true, Endpoint: "http://c:4318"},
+		{SampleRatio: nan, SampleRatioSet: true, Endpoint: "http://c:4318"},
+		{SampleRatio: -0.5, SampleRatioSet: true}, // refused with tracing off too
+		{ExportInterval: -5 * time.Second},
+		{Endpoint: "http://c:4318", Protocol: "thrift"},
+		{Endpoint: "http://c:4318", Headers: "novalue"},
+		{Endpoint: "http://c:4318", getenv: env("OTEL_TRACES_SAMPLER_ARG", "NaN")},
+		{Endpoint: "http://c:4318", getenv: env("OTEL_TRACES_SAMPLER_ARG", "-0.5")},
 	} {
-		bad.getenv = env()
+		if bad.getenv == nil {
+			bad.getenv = env()
+		}
 		_, err := bad.resolve()
 		require.Error(t, err, "%+v", bad)
 	}
+	// Through the flags: a ratio left unset defers to the variable; one
+	// given wins over it.
+	for _, c := range []struct {
+		args  []string
+		ratio float64
+	}{{nil, 0.25}, {[]string{"--otel-sample-ratio", "0.5"}, 0.5}} {
+		var sc serveConfig
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		sc.flags(fs)
+		require.NoError(t, fs.Parse(append([]string{"--otel-endpoint", "http://c:4318"}, c.args...)))
+		sc.Tracing.getenv = env("OTEL_TRACES_SAMPLER_ARG", "0.25")
+		_, err := sc.Tracing.resolve()
+		require.NoError(t, err)
+		require.Equal(t, c.ratio, sc.Tracing.SampleRatio, "%v", c.args)
+		require.Equal(t, 5*time.Second, sc.Tracing.ExportInterval)
+	}
+
 	c = tracingConfig{Headers: "authorization=Bearer%20x, x-tenant=a"}
 	h, err := c.headers()
 	require.NoError(t, err)
@@ -278,7 +311,7 @@ func TestTracingExportsOverGRPC(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 
-	c := tracingConfig{Endpoint: "http://" + ln.Addr().String(), Protocol: "grpc", SampleRatio: -1, getenv: func(string) string { return "" }}
+	c := tracingConfig{Endpoint: "http://" + ln.Addr().String(), Protocol: "grpc", getenv: func(string) string { return "" }}
 	on, err := c.resolve()
 	require.NoError(t, err)
 	require.True(t, on)
