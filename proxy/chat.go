@@ -367,6 +367,8 @@ type turn struct {
 	// need until they are placed into the messages.
 	files     []attached
 	fileFloor int
+	// reservedIn is the input bound admit reserved the budgets for.
+	reservedIn int64
 
 	// result, when set, receives the outcome of a turn run in-process
 	// (Complete); such a turn never streams.
@@ -609,6 +611,27 @@ func (t *turn) finishAdmission() {
 	l.FinishChat(&t.charge, t.billed, t.bill.AmountPico, t.bill.InputTokens+t.bill.OutputTokens)
 }
 
+// inputBound is the most input tokens the prompt can be billed: its count
+// when one was made (under the tier's system prompt), else its byte bound
+// with the system prompt and its message's framing.
+func (t *turn) inputBound() int64 {
+	if t.counted {
+		return int64(t.count)
+	}
+	return int64(t.bound + len(t.up.cfg.SystemPrompt) + 16)
+}
+
+// extendAdmission reserves what the prompt's growth after admission
+// (standing rules and recalled memory) may cost beyond what admit
+// reserved, so that no cap is passed by text the client did not send.
+func (t *turn) extendAdmission(c *hotpath.Call) *codec.Error {
+	l := t.ch.cfg.Limits
+	if l == nil {
+		return nil
+	}
+	return l.ExtendChat(context.Background(), c.Start, c.User, t.up.Tier, &t.charge, t.inputBound()-t.reservedIn)
+}
+
 // admit counts the turn in the key's request windows, takes its concurrency
 // slot and reserves the most it can cost against every budget that applies,
 // in one step. It runs after routing, so the tier and the clamped
@@ -618,11 +641,8 @@ func (t *turn) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 	if l == nil {
 		return nil
 	}
-	in := int64(t.bound)
-	if t.counted {
-		in = int64(t.count)
-	}
-	l.FillCharge(&t.charge, c.User, t.up.Tier, in, t.intent.MaxTokens)
+	t.reservedIn = t.inputBound()
+	l.FillCharge(&t.charge, c.User, t.up.Tier, t.reservedIn, t.intent.MaxTokens)
 	st, metered, refusal := l.AdmitChat(context.Background(), c.Start, c.User, &t.charge)
 	t.rateShown = true
 	if metered {
@@ -700,6 +720,9 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		// with it.
 		t.bound, t.counted = promptBound(&t.req), false
 		if cerr := t.checkContext(); cerr != nil {
+			return false, cerr
+		}
+		if cerr := t.extendAdmission(c); cerr != nil {
 			return false, cerr
 		}
 	}

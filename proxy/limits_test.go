@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -17,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/memory"
 	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/hotpath/meter/metertest"
 )
@@ -538,4 +541,105 @@ func TestRefusalsBeforeAdmissionCarryTheWindow(t *testing.T) {
 	// Counted requests still count.
 	r = f.post(t, "/api/v1/chat", smallChat)
 	require.Equal(t, "3", r.header.Get("X-RateLimit-Remaining"))
+}
+
+// rulesStore answers every turn with the same standing rules and no
+// memory.
+type rulesStore struct{ rules []memory.Rule }
+
+func (s rulesStore) Candidates(context.Context, memory.Caller, string) ([]memory.Candidate, error) {
+	return nil, nil
+}
+
+func (s rulesStore) Capture(context.Context, memory.Caller, []memory.Fact, [][]float32) ([]memory.Captured, error) {
+	return nil, nil
+}
+
+func (s rulesStore) Rules(context.Context, memory.Caller) ([]memory.Rule, error) { return s.rules, nil }
+
+// Text the client did not send — standing rules, added after admission,
+// and the tier's system prompt — is billed as input, so it is reserved
+// too: 200 concurrent requests still never cost more than a cap.
+func TestNoOvershootWithTextTheClientDidNotSend(t *testing.T) {
+	rule := strings.Repeat("Answer in English. ", 3) // 57 bytes
+	prompts := []struct {
+		name string
+		opt  func(*fixtureOptions)
+	}{
+		{"standing rules", func(o *fixtureOptions) {
+			o.memory = &MemoryConfig{Store: rulesStore{rules: []memory.Rule{
+				{Text: rule, Source: "org"}, {Text: rule + "1", Source: "org"}, {Text: rule + "2", Source: "org"}, {Text: rule + "3", Source: "org"},
+			}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		}},
+		{"system prompt", func(o *fixtureOptions) {
+			o.upstream = func(c *UpstreamConfig) {
+				if c.Model == "sim-vaani" {
+					c.SystemPrompt = strings.Repeat(rule, 4)
+				}
+			}
+		}},
+	}
+	caps := []struct {
+		name    string
+		edit    func(*hotpath.Principal)
+		budget  meter.Budget
+		measure func(r hotpath.UsageRecord) int64
+	}{
+		{"key spend cap", func(p *hotpath.Principal) { p.SpendCapMicros = 1000 },
+			meter.Budget{Kind: meter.BudgetKeySpend, Subject: "key-1", Cap: 1000_000_000},
+			func(r hotpath.UsageRecord) int64 { return r.CostPico }},
+		{"token pools", func(p *hotpath.Principal) { p.Kind = hotpath.KindSignedIn },
+			meter.Budget{Kind: meter.BudgetPoolMonthly, Subject: "org-1", Cap: 2000},
+			func(r hotpath.UsageRecord) int64 { return r.WeightedTokens }},
+	}
+	for _, pr := range prompts {
+		for _, tc := range caps {
+			t.Run(pr.name+", "+tc.name, func(t *testing.T) {
+				c := meter.NewMemoryCounters(meter.NoSeeder{})
+				l := newLimits(t, c, testPlan(func(p *meter.Plan) {
+					p.MaxConcurrent, p.RequestsPerMinute, p.OrgRequestsPerMinute = 1000, 1000, 1000
+					p.PoolMonthly, p.PoolBurst = 2000, 1_000_000
+				}))
+				p := uncapped()
+				tc.edit(&p)
+				sink := &recordingSink{}
+				f := newChatFixture(t, withLimits(l, sink, p), pr.opt, func(o *fixtureOptions) { o.maxInFlight = 1000 })
+				body := `{"model":"vaani","max_tokens":8,"reasoning_effort":"none","rules":true,"memory":{"recall":false,"capture":false},` +
+					`"messages":[{"role":"user","content":"hi [[sim:tokens=4]]"}]}`
+				replies := make(chan chatReply, 200)
+				var wg sync.WaitGroup
+				for range 200 {
+					wg.Go(func() { replies <- f.post(t, "/api/v1/chat", body) })
+				}
+				wg.Wait()
+				close(replies)
+				ok := 0
+				for r := range replies {
+					switch r.status {
+					case http.StatusOK:
+						ok++
+						if pr.name == "standing rules" {
+							require.Contains(t, string(r.body), `"rules_applied"`)
+						}
+					case http.StatusTooManyRequests:
+					default:
+						t.Fatalf("unexpected %d %s", r.status, r.body)
+					}
+				}
+				require.Positive(t, ok)
+				var spent, input int64
+				for _, r := range sink.all() {
+					if r.Billed {
+						spent += tc.measure(r)
+						input = r.InputTokens
+					}
+				}
+				require.Greater(t, input, int64(60), "the injected text was billed as input")
+				require.LessOrEqual(t, spent, tc.budget.Cap, "admitted requests cost more than the cap")
+				var st [1]meter.BudgetState
+				require.NoError(t, c.Usage(context.Background(), time.Now(), []meter.Budget{tc.budget}, st[:]))
+				require.Equal(t, spent, st[0].Used, "the counter settles to the sum of real costs, extensions given back")
+			})
+		}
+	}
 }

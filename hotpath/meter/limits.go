@@ -324,6 +324,9 @@ type Charge struct {
 	weight     int64   // the tier's pool weight, 0 when the pools are not drawn on
 	lease      Lease
 	admitted   bool
+	// ext is what ExtendChat reserved on top of Res, given back whole
+	// when the request settles (Res then takes its whole cost).
+	ext Reservation
 	// What AdmitChat and FinishChat hand the counters. The counters are
 	// an interface, so what is passed to them escapes: kept here, in the
 	// request's charge, it costs no allocation per request.
@@ -504,6 +507,51 @@ func (l *Limits) AdmitChat(ctx context.Context, now time.Time, p *hotpath.Princi
 	return st, true, nil
 }
 
+// ExtendChat reserves, on top of an admitted request's reservation, what
+// more input it may now cost: the prompt grew after admission (standing
+// rules and recalled memory are read only for an admitted request), by at
+// most extra input tokens on tier. The spend and credit budgets take
+// extra at the tier's input price, the token pools extra at its weight;
+// the request allowance counted the request already. A budget the growth
+// does not fit refuses the request, which then gives everything back as
+// any refused request does. Only the first extension of a request is
+// kept; a request extends once.
+func (l *Limits) ExtendChat(ctx context.Context, now time.Time, p *hotpath.Principal, tier *hotpath.Tier, ch *Charge, extra int64) *codec.Error {
+	if !ch.admitted || extra <= 0 || ch.ext.N > 0 {
+		return nil
+	}
+	var a Admission
+	var budgets [MaxReservation]Budget
+	var amounts [MaxReservation]int64
+	n := 0
+	cost := Cost(&tier.Prices, extra, 0, 0)
+	for _, i := range ch.costIdx {
+		if i >= 0 {
+			budgets[n], amounts[n] = ch.Budgets[i], cost
+			n++
+		}
+	}
+	for _, i := range ch.poolIdx {
+		if i >= 0 {
+			budgets[n], amounts[n] = ch.Budgets[i], ch.weight*extra
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	a.Budgets, a.Amounts = budgets[:n], amounts[:n]
+	res, err := l.c.Admit(ctx, now, &a, &ch.ext)
+	if err != nil {
+		l.unmetered(err)
+		return nil
+	}
+	if res.Refused == AdmitBudget {
+		return l.refusal(ctx, now, &a.Budgets[res.Budget], p)
+	}
+	return nil
+}
+
 // FinishChat settles the reservation to what the request really cost and
 // gives the concurrency slot back, in one step. billed false (a refusal, a
 // timeout, nothing served) gives everything back. It does nothing for a
@@ -535,9 +583,26 @@ func (l *Limits) FinishChat(ch *Charge, billed bool, costPico, tokens int64) {
 		// which runs later, gets copies.
 		lease, res, act, n := ch.lease, ch.Res, *actual, ch.N
 		l.finishing.Go(func() { l.finish(lease, &res, act[:n]) })
+		if ch.ext.N > 0 {
+			ext := ch.ext
+			l.finishing.Go(func() { l.finishExtension(&ext) })
+		}
+		ch.ext = Reservation{}
 		return
 	}
 	l.finish(ch.lease, &ch.Res, actual[:ch.N])
+	l.finishExtension(&ch.ext)
+	ch.ext = Reservation{}
+}
+
+// finishExtension gives back what ExtendChat reserved: the request's whole
+// cost is settled on its first reservation.
+func (l *Limits) finishExtension(ext *Reservation) {
+	if ext.N == 0 {
+		return
+	}
+	var none [MaxReservation]int64
+	l.finish(Lease{}, ext, none[:ext.N])
 }
 
 func (l *Limits) finish(lease Lease, r *Reservation, actual []int64) {
