@@ -8,11 +8,14 @@
 //   - e-mail: a local part of [A-Za-z0-9._%+-], "@", and a domain of
 //     dot-separated labels ending in an alphabetic label of two or more
 //     letters;
-//   - card: a run of 13 to 19 digits, optionally grouped by single spaces
-//     or hyphens, that passes the Luhn check;
+//   - card: a run of 13 to 19 digits, optionally grouped by single spaces,
+//     hyphens or dots, that passes the Luhn check, wherever it stands
+//     (card_4111… is one);
 //   - phone: a run of digits grouped by spaces, hyphens, dots or
 //     parentheses holding 10 to 15 digits, or 8 to 15 after a leading "+"
-//     (so dates such as 2026-09-26 and short codes are not phone numbers).
+//     (so dates such as 2026-09-26 and short codes are not phone numbers),
+//     standing as a word of its own: a run glued to letters or "_" is an
+//     identifier (abc1234567890), not a phone number.
 package pii
 
 // Category names a kind of personal data.
@@ -41,19 +44,24 @@ func Find(s string) (c Category, offset int, ok bool) {
 			i++
 			continue
 		}
-		if i > 0 && (isDigit(s[i-1]) || isWord(s[i-1])) {
+		if i > 0 && isDigit(s[i-1]) {
 			i++
 			continue
 		}
 		end, digits, card := digitRun(s, i)
 		if card {
+			// A Luhn-valid run is a card wherever it stands, glued to a
+			// word (card_4111…) or not.
 			return Card, i, true
 		}
 		min := 10
 		if b == '+' {
 			min = 8
 		}
-		if digits >= min && digits <= 15 && (end >= len(s) || !isWord(s[end])) {
+		// A phone number stands as a word of its own: a run glued to
+		// letters is an identifier (abc1234567890, order_5551234567).
+		glued := i > 0 && isWord(s[i-1]) || end < len(s) && isWord(s[end])
+		if digits >= min && digits <= 15 && !glued {
 			return Phone, i, true
 		}
 		if end == i {
@@ -124,7 +132,7 @@ func digitRun(s string, i int) (end, digits int, card bool) {
 			digits++
 			prevSep = false
 		case b == ' ' || b == '-' || b == '.' || b == '(' || b == ')':
-			if b != ' ' && b != '-' {
+			if b != ' ' && b != '-' && b != '.' {
 				cardShape = false
 			}
 			if prevSep && b != '(' {

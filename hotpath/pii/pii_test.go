@@ -37,6 +37,15 @@ func TestFind(t *testing.T) {
 	f("order 12345", "", 0)
 	f("build v1.2.3.4", "", 0)
 	f("id abc1234567890", "", 0)
+	f("order_5551234567 shipped", "", 0)
+	f("call4155550100", "", 0) // glued to a word: an identifier, not a phone
+	f("4155550100x", "", 0)
+	// A card is a card wherever it stands, and grouped by dots too.
+	f("pay with card_4111111111111111", Card, 14)
+	f("visa4111111111111111", Card, 4)
+	f("4111111111111111x", Card, 0)
+	f("card 4111.1111.1111.1111", Card, 5)
+	f("x4111111111111112", "", 0) // Luhn-invalid
 	f("", "", 0)
 }
 
