@@ -643,3 +643,35 @@ func TestNoOvershootWithTextTheClientDidNotSend(t *testing.T) {
 		}
 	}
 }
+
+// A workspace's spend is counted while it has no cap, so a cap set later
+// starts from the month's real spend: the counter the cap is enforced on
+// and the ledger agree.
+func TestWorkspaceSpendCountedWithoutACap(t *testing.T) {
+	c := meter.NewMemoryCounters(meter.NoSeeder{})
+	l := newLimits(t, c, testPlan(nil))
+	p := uncapped()
+	p.WorkspaceID = "ws-1"
+	sink := &recordingSink{}
+	f := newChatFixture(t, withLimits(l, sink, p))
+	for range 3 {
+		require.Equal(t, http.StatusOK, f.post(t, "/api/v1/chat", smallChat).status)
+	}
+	var spent int64
+	for _, r := range sink.all() {
+		spent += r.CostPico
+	}
+	require.Positive(t, spent)
+	var st [1]meter.BudgetState
+	require.NoError(t, c.Usage(context.Background(), time.Now(),
+		[]meter.Budget{{Kind: meter.BudgetWorkspaceSpend, Subject: "ws-1", Cap: -1}}, st[:]))
+	require.Equal(t, spent, st[0].Used, "counted without a cap")
+
+	// The cap set now sees what was spent: one micro-dollar more than the
+	// spend admits nothing the size of these requests.
+	p.WorkspaceCapMicros = spent/1_000_000 + 1
+	f = newChatFixture(t, withLimits(l, sink, p))
+	r := f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	require.Contains(t, string(r.body), `"workspace_spend_cap_exceeded"`)
+}

@@ -355,8 +355,15 @@ func (l *Limits) FillCharge(ch *Charge, p *hotpath.Principal, tier *hotpath.Tier
 	if p.SpendCapMicros >= 0 {
 		ch.costIdx[0] = ch.add(Budget{Kind: BudgetKeySpend, Subject: p.KeyID, Cap: PicoUSD(p.SpendCapMicros), Tenant: p.OrgID}, maxCostPico)
 	}
-	if p.WorkspaceID != "" && p.WorkspaceCapMicros >= 0 {
-		ch.costIdx[1] = ch.add(Budget{Kind: BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: PicoUSD(p.WorkspaceCapMicros), Tenant: p.OrgID}, maxCostPico)
+	if p.WorkspaceID != "" {
+		// Counted while the workspace has no cap too (a cap below 0 only
+		// counts): a cap set later then starts from the month's real
+		// spend, not from what was counted before it was lifted.
+		cap := int64(-1)
+		if p.WorkspaceCapMicros >= 0 {
+			cap = PicoUSD(p.WorkspaceCapMicros)
+		}
+		ch.costIdx[1] = ch.add(Budget{Kind: BudgetWorkspaceSpend, Subject: p.WorkspaceID, Cap: cap, Tenant: p.OrgID}, maxCostPico)
 	}
 	if p.Kind == hotpath.KindHeadless {
 		ch.costIdx[2] = ch.add(Budget{Kind: BudgetCredits, Subject: p.KeyID, Cap: PicoUSD(p.CreditsCapMicros()), Tenant: p.OrgID}, maxCostPico)
