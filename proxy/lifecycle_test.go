@@ -316,6 +316,40 @@ func TestClientThatLeavesMidStreamIsBilledAndFreed(t *testing.T) {
 	}
 }
 
+// A client that leaves a stream while it is quiet is noticed by the
+// departure watcher, not by a failed write; its row bills the prompt's
+// count, exactly what the whole stream bills, never the window the
+// count stopped at when the departure was seen.
+func TestClientThatLeavesAQuietStreamIsBilledItsPrompt(t *testing.T) {
+	sink := &recordingSink{}
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(nil))
+	f := newLifecycleFixture(t, withLimits(l, sink, uncapped()))
+	body := streamBody("how are you today [[sim:tokens=2]] [[sim:itl_ms=1500]]")
+	for i, path := range []string{"/api/v1/chat", "/v1/chat/completions"} {
+		full := f.post(t, path, body)
+		require.Equal(t, http.StatusOK, full.status, "%s", full.body)
+		require.Eventually(t, func() bool { return len(sink.all()) == 2*i+1 }, 5*time.Second, 5*time.Millisecond)
+
+		rc := f.dialRaw(t)
+		rc.send(t, f, "HTTP/1.1", "POST", path, body)
+		for {
+			line, err := rc.br.ReadString('\n')
+			require.NoError(t, err)
+			if strings.HasPrefix(line, "data:") {
+				break // the first frame; the next is 1.5 s away
+			}
+		}
+		require.NoError(t, rc.c.Close())
+		require.Eventually(t, func() bool { return len(sink.all()) == 2*i+2 }, 5*time.Second, 5*time.Millisecond, path)
+		rows := sink.all()
+		whole, left := rows[2*i], rows[2*i+1]
+		require.Equal(t, "client_closed_request", left.ErrorCode, path)
+		require.True(t, left.Billed, path)
+		require.Positive(t, whole.InputTokens)
+		require.Equal(t, whole.InputTokens, left.InputTokens, "%s: the prompt's count, not the window", path)
+	}
+}
+
 // Errors of the HTTP layer are answered with their own status, in the
 // envelope of the wire the path names when the path could be read, with
 // the request id and version headers, and the connection closes.

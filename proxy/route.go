@@ -192,6 +192,20 @@ func (t *turn) promptTokens(up *Upstream, limit int) int {
 	return t.count
 }
 
+// billedPromptTokens is the prompt's count for a bill the upstream sent no
+// usage for. The window check passed, so a count to the window is exact,
+// and it runs to its end even when the client has left: a departure stops
+// only the counts that decide whether to serve (which then read as over
+// the limit), while a bill must be the count itself.
+func (t *turn) billedPromptTokens() int {
+	up, limit := t.up, t.up.Tier.ContextWindow
+	if t.counted && t.countSys == up.cfg.SystemPrompt && t.count <= t.countLimit && t.count <= limit {
+		return t.count
+	}
+	t.count, t.countSys, t.countLimit, t.counted = countPrompt(&t.req, up, limit, nil), up.cfg.SystemPrompt, limit, true
+	return t.count
+}
+
 // promptBound is an upper bound on the prompt's tokens under the template.
 func promptBound(r *codec.ChatRequest) int {
 	n := 16
@@ -280,8 +294,7 @@ func (t *turn) settleBill(u *codec.Usage, has bool, delivered ...[]byte) {
 	} else {
 		t.estimated = true
 		t.ch.m.estimated.Inc()
-		// The window check passed, so a count to the window is exact.
-		b.InputTokens = int64(t.promptTokens(t.up, t.up.Tier.ContextWindow))
+		b.InputTokens = int64(t.billedPromptTokens())
 		b.OutputTokens = t.foldedTokens()
 		for _, d := range delivered {
 			b.OutputTokens += int64(countLiterals(d))
