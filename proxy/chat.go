@@ -1067,6 +1067,17 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		t.answer.Reasoning = c.Reasoning
 	}
 	t.settleBill(&c.Usage, c.HasUsage, c.Content, c.Reasoning)
+	if t.upstream >= departureEvery && t.result == nil && leftDuring(ctx.Conn()) {
+		// The answer took long enough for its client to leave, and it
+		// did: it is answered nothing and billed as a stream whose
+		// client left before its first token, for its prompt only. A
+		// quicker answer is not looked for: one peek per request costs
+		// more than the rare answer written to a closed connection.
+		abandon(claim)
+		t.bill.OutputTokens = 0
+		t.bill.AmountPico = meter.Cost(&t.up.Tier.Prices, t.bill.InputTokens, t.bill.CacheReadTokens, 0)
+		return codec.ErrClientClosedRequest
+	}
 	if r := t.result; r != nil {
 		text, _ := unquote(c.Content)
 		r.Content, r.Finish = string(text), t.answer.Finish

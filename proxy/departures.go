@@ -59,6 +59,21 @@ func (d *departures) add(t *turn, c net.Conn) {
 	d.start.Do(func() { go d.run() })
 }
 
+// leftDuring reports, for a request not on the watcher's list (a
+// non-streaming one), whether its client has closed or reset c: one peek,
+// made by the request's own goroutine.
+func leftDuring(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok || !canPeek {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	return clientGoneNow(rc)
+}
+
 // remove stops watching t. After it returns the watcher never touches t.
 func (d *departures) remove(t *turn) {
 	d.mu.Lock()

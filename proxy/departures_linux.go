@@ -46,3 +46,12 @@ func clientGone(rc syscall.RawConn) bool {
 	}
 	return p.gone
 }
+
+// clientGoneNow is clientGone for any goroutine: its peeker is its own.
+func clientGoneNow(rc syscall.RawConn) bool {
+	p := &peeker{}
+	if err := rc.Control(p.peek); err != nil {
+		return true
+	}
+	return p.gone
+}

@@ -9,3 +9,5 @@ import "syscall"
 const canPeek = false
 
 func clientGone(syscall.RawConn) bool { return false }
+
+func clientGoneNow(syscall.RawConn) bool { return false }

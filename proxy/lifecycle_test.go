@@ -350,6 +350,36 @@ func TestClientThatLeavesAQuietStreamIsBilledItsPrompt(t *testing.T) {
 	}
 }
 
+// A client that leaves while its non-streaming answer is awaited is seen
+// once the answer comes: the request is client_closed_request in the
+// ledger, answered nothing, and billed as a stream whose client left
+// before its first token (its prompt, no output).
+func TestClientThatLeavesAWaitedAnswerIsClientClosed(t *testing.T) {
+	sink := &recordingSink{}
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(nil))
+	f := newLifecycleFixture(t, withLimits(l, sink, uncapped()))
+	body := `{"model":"mira","messages":[{"role":"user","content":"how are you [[sim:tokens=5]] [[sim:ttft_ms=800]]"}]}`
+	for i, path := range lcPaths {
+		full := f.post(t, path, body)
+		require.Equal(t, http.StatusOK, full.status, "%s", full.body)
+		require.Eventually(t, func() bool { return len(sink.all()) == 2*i+1 }, 5*time.Second, 5*time.Millisecond)
+
+		rc := f.dialRaw(t)
+		rc.send(t, f, "HTTP/1.1", "POST", path, body)
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, rc.c.Close())
+		require.Eventually(t, func() bool { return len(sink.all()) == 2*i+2 }, 5*time.Second, 5*time.Millisecond, path)
+		rows := sink.all()
+		whole, left := rows[2*i], rows[2*i+1]
+		require.Equal(t, "client_closed_request", left.ErrorCode, path)
+		require.Equal(t, 499, left.Status, path)
+		require.True(t, left.Billed, path)
+		require.Zero(t, left.OutputTokens, path)
+		require.Equal(t, whole.InputTokens, left.InputTokens, path)
+		require.Less(t, left.CostPico, whole.CostPico, path)
+	}
+}
+
 // Errors of the HTTP layer are answered with their own status, in the
 // envelope of the wire the path names when the path could be read, with
 // the request id and version headers, and the connection closes.
