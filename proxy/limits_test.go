@@ -288,25 +288,10 @@ func TestNoOvershootUnderConcurrency(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := meter.NewMemoryCounters(meter.NoSeeder{})
-			l := newLimits(t, c, testPlan(func(p *meter.Plan) {
-				p.MaxConcurrent, p.RequestsPerMinute, p.OrgRequestsPerMinute = 1000, 1000, 1000
-				p.PoolMonthly, p.PoolBurst = 2000, 1_000_000
-			}))
-			p := uncapped()
-			tc.edit(&p)
-			sink := &recordingSink{}
-			f := newChatFixture(t, withLimits(l, sink, p), func(o *fixtureOptions) { o.maxInFlight = 1000 })
+			c, sink, f := overshootFixture(t, tc.edit)
 			body := `{"model":"vaani","max_tokens":8,"reasoning_effort":"none","messages":[{"role":"user","content":"hi [[sim:tokens=4]]"}]}`
-			statuses := make(chan chatReply, 200)
-			var wg sync.WaitGroup
-			for range 200 {
-				wg.Go(func() { statuses <- f.post(t, "/api/v1/chat", body) })
-			}
-			wg.Wait()
-			close(statuses)
 			ok, refused := 0, 0
-			for r := range statuses {
+			for _, r := range postAtOnce(t, f, 200, body) {
 				switch r.status {
 				case http.StatusOK:
 					ok++
@@ -326,18 +311,62 @@ func TestNoOvershootUnderConcurrency(t *testing.T) {
 			}
 			require.Positive(t, ok)
 			require.Positive(t, refused)
-			var spent int64
-			for _, r := range sink.all() {
-				if r.Billed {
-					spent += tc.measure(r)
-				}
-			}
-			require.LessOrEqual(t, spent, tc.budget.Cap, "admitted requests cost more than the cap")
-			var st [1]meter.BudgetState
-			require.NoError(t, c.Usage(context.Background(), time.Now(), []meter.Budget{tc.budget}, st[:]))
-			require.Equal(t, spent, st[0].Used, "the counter settles to the sum of real costs")
+			requireWithinCap(t, c, sink, tc.budget, tc.measure)
 		})
 	}
+}
+
+// overshootFixture is a chat fixture for hundreds of requests at once
+// against one cap: windows and the concurrency ceiling out of the way, a
+// monthly token pool of 2,000, a developer key edited by edit.
+func overshootFixture(t *testing.T, edit func(*hotpath.Principal), opts ...func(*fixtureOptions)) (*meter.MemoryCounters, *recordingSink, *chatFixture) {
+	c := meter.NewMemoryCounters(meter.NoSeeder{})
+	l := newLimits(t, c, testPlan(func(p *meter.Plan) {
+		p.MaxConcurrent, p.RequestsPerMinute, p.OrgRequestsPerMinute = 1000, 1000, 1000
+		p.PoolMonthly, p.PoolBurst = 2000, 1_000_000
+	}))
+	p := uncapped()
+	edit(&p)
+	sink := &recordingSink{}
+	opts = append([]func(*fixtureOptions){withLimits(l, sink, p), func(o *fixtureOptions) { o.maxInFlight = 1000 }}, opts...)
+	return c, sink, newChatFixture(t, opts...)
+}
+
+// postAtOnce sends body to /api/v1/chat n times at once and returns the
+// replies.
+func postAtOnce(t *testing.T, f *chatFixture, n int, body string) []chatReply {
+	replies := make(chan chatReply, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { replies <- f.post(t, "/api/v1/chat", body) })
+	}
+	wg.Wait()
+	close(replies)
+	var out []chatReply
+	for r := range replies {
+		out = append(out, r)
+	}
+	return out
+}
+
+// requireWithinCap checks that what the sink's billed rows cost (by
+// measure) stays within b's cap and that b's counter settled to exactly
+// that, every reservation given back; it returns the billed rows.
+func requireWithinCap(t *testing.T, c meter.Counters, sink *recordingSink, b meter.Budget, measure func(hotpath.UsageRecord) int64) []hotpath.UsageRecord {
+	t.Helper()
+	var spent int64
+	var billed []hotpath.UsageRecord
+	for _, r := range sink.all() {
+		if r.Billed {
+			spent += measure(r)
+			billed = append(billed, r)
+		}
+	}
+	require.LessOrEqual(t, spent, b.Cap, "admitted requests cost more than the cap")
+	var st [1]meter.BudgetState
+	require.NoError(t, c.Usage(context.Background(), time.Now(), []meter.Budget{b}, st[:]))
+	require.Equal(t, spent, st[0].Used, "the counter settles to the sum of real costs")
+	return billed
 }
 
 func TestBudgetRefusalShape(t *testing.T) {
@@ -595,26 +624,11 @@ func TestNoOvershootWithTextTheClientDidNotSend(t *testing.T) {
 	for _, pr := range prompts {
 		for _, tc := range caps {
 			t.Run(pr.name+", "+tc.name, func(t *testing.T) {
-				c := meter.NewMemoryCounters(meter.NoSeeder{})
-				l := newLimits(t, c, testPlan(func(p *meter.Plan) {
-					p.MaxConcurrent, p.RequestsPerMinute, p.OrgRequestsPerMinute = 1000, 1000, 1000
-					p.PoolMonthly, p.PoolBurst = 2000, 1_000_000
-				}))
-				p := uncapped()
-				tc.edit(&p)
-				sink := &recordingSink{}
-				f := newChatFixture(t, withLimits(l, sink, p), pr.opt, func(o *fixtureOptions) { o.maxInFlight = 1000 })
+				c, sink, f := overshootFixture(t, tc.edit, pr.opt)
 				body := `{"model":"vaani","max_tokens":8,"reasoning_effort":"none","rules":true,"memory":{"recall":false,"capture":false},` +
 					`"messages":[{"role":"user","content":"hi [[sim:tokens=4]]"}]}`
-				replies := make(chan chatReply, 200)
-				var wg sync.WaitGroup
-				for range 200 {
-					wg.Go(func() { replies <- f.post(t, "/api/v1/chat", body) })
-				}
-				wg.Wait()
-				close(replies)
 				ok := 0
-				for r := range replies {
+				for _, r := range postAtOnce(t, f, 200, body) {
 					switch r.status {
 					case http.StatusOK:
 						ok++
@@ -627,18 +641,8 @@ func TestNoOvershootWithTextTheClientDidNotSend(t *testing.T) {
 					}
 				}
 				require.Positive(t, ok)
-				var spent, input int64
-				for _, r := range sink.all() {
-					if r.Billed {
-						spent += tc.measure(r)
-						input = r.InputTokens
-					}
-				}
-				require.Greater(t, input, int64(60), "the injected text was billed as input")
-				require.LessOrEqual(t, spent, tc.budget.Cap, "admitted requests cost more than the cap")
-				var st [1]meter.BudgetState
-				require.NoError(t, c.Usage(context.Background(), time.Now(), []meter.Budget{tc.budget}, st[:]))
-				require.Equal(t, spent, st[0].Used, "the counter settles to the sum of real costs, extensions given back")
+				billed := requireWithinCap(t, c, sink, tc.budget, tc.measure)
+				require.Greater(t, billed[0].InputTokens, int64(60), "the injected text was billed as input")
 			})
 		}
 	}
