@@ -83,7 +83,7 @@ func TestDeparturesReachTheUpstreamAtOnce(t *testing.T) {
 		{"mid-stream", "[[sim:tokens=4000]] [[sim:itl_ms=5]]", 20},
 	}
 	for i, c := range cases {
-		for _, path := range lcPaths {
+		for j, path := range lcPaths {
 			rc := f.dialRaw(t)
 			rc.send(t, f, "HTTP/1.1", "POST", path, streamBody("hi "+c.content))
 			for range c.frames {
@@ -97,8 +97,11 @@ func TestDeparturesReachTheUpstreamAtOnce(t *testing.T) {
 			at, _ := cw.closedAfter(left)
 			require.Less(t, at.Sub(left), time.Second, "%s %s", c.name, path)
 			require.Eventually(t, func() bool { return f.chat.gate.InFlight() == 0 }, 2*time.Second, 5*time.Millisecond)
+			// The slots come back before the row is written (end settles,
+			// then ends the request on its route): wait for the row.
+			require.Eventually(t, func() bool { return len(sink.all()) == i*len(lcPaths)+j+1 }, 2*time.Second, 5*time.Millisecond,
+				"%s %s: no row", c.name, path)
 			rows := sink.all()
-			require.NotEmpty(t, rows)
 			row := rows[len(rows)-1]
 			require.Equal(t, "client_closed_request", row.ErrorCode, "%s %s", c.name, path)
 			require.Equal(t, i > 0, row.OutputTokens > 0, "%s %s: bills what was delivered", c.name, path)
