@@ -217,27 +217,39 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 	if cerr := pinVersion(ctx, c); cerr != nil {
 		return cerr
 	}
+	var w window
 	if c.TraceCtx != nil && a.Auth != hotpath.AuthNone {
-		err = e.tracedAuthorize(ctx, c, a, wire)
+		err = e.tracedAuthorize(ctx, c, a, wire, &w)
 	} else {
-		err = e.authorize(ctx, c, a, wire)
+		err = e.authorize(ctx, c, a, wire, &w)
 	}
 	if err != nil {
 		return err
 	}
+	if w.metered {
+		// The window's headers go on once the handler has answered. A
+		// restriction the handler enforces (a read-only key on a write, a
+		// body field asking for a family the key lacks) is the key check's
+		// 403 all the same, and the spec lists it among the answers
+		// without them; the window was taken before the handler ran, so
+		// the request still counts in it.
+		defer func() {
+			if err == nil || !keyCheckRefusal(err) {
+				setRateHeaders(ctx, w.st)
+			}
+		}()
+	}
 	if cerr := checkContentEncoding(ctx); cerr != nil {
 		return cerr
 	}
-	err = h(ctx, c)
-	if err != nil && keyCheckRefusal(err) {
-		// A restriction the handler enforces (a read-only key on a write,
-		// a body field asking for a family the key lacks) is the key
-		// check's 403 all the same, and the spec lists it among the
-		// answers without rate-limit headers. The window was taken before
-		// the handler ran, so the request still counts in it.
-		dropRateHeaders(&ctx.Response.Header)
-	}
-	return err
+	return h(ctx, c)
+}
+
+// window is the per-minute window a request counted in at the edge, for
+// its answer's headers.
+type window struct {
+	st      meter.RateState
+	metered bool
 }
 
 // keyCheckRefusal reports whether err is one of the key check's 403s.
@@ -247,8 +259,9 @@ func keyCheckRefusal(err error) bool {
 }
 
 // authorize checks the caller's key or service token, its scope, and the
-// route's per-minute window.
-func (e *Edge) authorize(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, wire Envelope) error {
+// route's per-minute window, which it leaves in w for the answer's headers
+// (a refusal of the window carries them at once).
+func (e *Edge) authorize(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, wire Envelope, w *window) error {
 	switch a.Auth {
 	case hotpath.AuthUser:
 		var (
@@ -274,12 +287,13 @@ func (e *Edge) authorize(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Ac
 		}
 		if e.limits != nil && a.Rate != hotpath.RateNone && a.Rate != hotpath.RateByHandler {
 			st, metered, refusal := e.limits.Hit(context.Background(), c.Start, p, a.Rate)
-			if metered {
-				setRateHeaders(ctx, st)
-			}
 			if refusal != nil {
+				if metered {
+					setRateHeaders(ctx, st)
+				}
 				return refusal
 			}
+			*w = window{st, metered}
 		}
 	case hotpath.AuthService:
 		s, cerr := e.verifier.VerifyService(ctx.Request.Header.Peek(HeaderAuthorization))
@@ -322,18 +336,6 @@ func setRateHeaders(ctx *fasthttp.RequestCtx, st meter.RateState) {
 		reset = time.Now().Add(meter.RateWindow).Unix()
 	}
 	h.SetCanonical(rateResetKey, appendInt(b[:0], int(reset)))
-}
-
-// dropRateHeaders removes what setRateHeaders set. They are stored as the
-// spec spells them, and Del would look for fasthttp's normalized spelling,
-// so normalization is off while they are deleted.
-func dropRateHeaders(h *fasthttp.ResponseHeader) {
-	if normalized := !h.DisableNormalizing(); normalized {
-		defer h.EnableNormalizing()
-	}
-	h.Del(headerRateLimit)
-	h.Del(headerRateRemaining)
-	h.Del(headerRateReset)
 }
 
 // fillUsage fills the caller's side of a ledger row: who, when, which route.

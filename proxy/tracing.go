@@ -131,9 +131,9 @@ func endTrace(c *hotpath.Call, status int) {
 }
 
 // tracedAuthorize is authorize inside an admission span.
-func (e *Edge) tracedAuthorize(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, wire Envelope) error {
+func (e *Edge) tracedAuthorize(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access, wire Envelope, w *window) error {
 	_, sp := e.tracer.Start(c.TraceCtx, SpanAdmission)
-	err := e.authorize(ctx, c, a, wire)
+	err := e.authorize(ctx, c, a, wire, w)
 	if sp.IsRecording() {
 		sp.SetAttributes(attrStage.String("key"))
 		endWithError(sp, err)
