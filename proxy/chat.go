@@ -296,6 +296,8 @@ func (w chatWire) idPrefix() string {
 // replays reports whether the wire honours Idempotency-Key: the
 // OpenAI-compatible and Anthropic-compatible routes do, for requests that
 // do not stream.
+func (w chatWire) replays() bool { return w == chatOpenAI || w == chatAnthropic || w == chatResponses }
+
 // requestHash names a request for Idempotency-Key: its route and its body.
 // A body valid on two wires, sent under one key to both, is two requests,
 // and the second is a conflict rather than a replay of an answer in the
@@ -308,8 +310,6 @@ func requestHash(path, body []byte) (sum [sha256.Size]byte) {
 	h.Sum(sum[:0])
 	return sum
 }
-
-func (w chatWire) replays() bool { return w == chatOpenAI || w == chatAnthropic || w == chatResponses }
 
 // turn is one chat request's state. It outlives the fasthttp handler when
 // it streams, so everything it keeps is its own copy.

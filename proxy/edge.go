@@ -131,10 +131,7 @@ func (e *Edge) Wrap(method string, a hotpath.Access, wire Envelope, h Handler) f
 		if traced {
 			e.startTrace(ctx, c, a)
 		}
-		ctx.Response.Header.SetBytesV(headerRequestID, c.ID())
-		if wire == EnvelopeAnthropic {
-			ctx.Response.Header.SetBytesV(headerAnthropicRequestID, c.ID())
-		}
+		setRequestID(&ctx.Response.Header, wire, c.ID())
 		if err := e.serve(ctx, c, a, wire, h); err != nil {
 			e.writeError(ctx, c, wire, err)
 		}
@@ -142,6 +139,15 @@ func (e *Edge) Wrap(method string, a hotpath.Access, wire Envelope, h Handler) f
 			return // the handler ends it
 		}
 		end.finish(c, ctx.Method(), ctx.Response.StatusCode())
+	}
+}
+
+// setRequestID names the request in the answer's head: X-Request-Id, and
+// on the Anthropic wire request-id too, where its SDKs read it.
+func setRequestID(h *fasthttp.ResponseHeader, wire Envelope, id []byte) {
+	h.SetBytesV(headerRequestID, id)
+	if wire == EnvelopeAnthropic {
+		h.SetBytesV(headerAnthropicRequestID, id)
 	}
 }
 

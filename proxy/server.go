@@ -324,11 +324,8 @@ func hasField(raw []byte, name string) bool {
 func (e *Edge) refuse(ctx *fasthttp.RequestCtx, cerr *codec.Error, close bool) {
 	var id [36]byte
 	rid := hotpath.AppendRequestID(id[:0], time.Now())
-	ctx.Response.Header.SetBytesV(headerRequestID, rid)
 	wire := envelopeOf(string(ctx.Path()))
-	if wire == EnvelopeAnthropic {
-		ctx.Response.Header.SetBytesV(headerAnthropicRequestID, rid)
-	}
+	setRequestID(&ctx.Response.Header, wire, rid)
 	var v [10]byte
 	ctx.Response.Header.SetBytesV(HeaderVersion, codec.CurrentVersion.AppendTo(v[:0]))
 	e.errors[cerr.Code].Inc()
