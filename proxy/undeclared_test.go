@@ -88,14 +88,14 @@ func TestUndeclaredReplayOfManyNames(t *testing.T) {
 			Function: codec.FunctionCall{Name: name, Arguments: "{}"}})
 	}
 	req.Messages = []codec.Message{m}
-	out := undeclaredReplay(&req)
+	out := undeclaredReplay(&req, nil)
 	require.True(t, strings.HasPrefix(string(out), fmt.Sprintf(`{"calls":%d,"names":["u0",`, n-n/10)), "%.80s", out)
 	require.Equal(t, n/2, strings.Count(string(out), `"u`), "each undeclared name listed once")
 
 	req.Messages = []codec.Message{{Role: "user"}}
-	require.Nil(t, undeclaredReplay(&req))
-	require.Zero(t, testing.AllocsPerRun(100, func() { undeclaredReplay(&req) }))
+	require.Nil(t, undeclaredReplay(&req, nil))
+	require.Zero(t, testing.AllocsPerRun(100, func() { undeclaredReplay(&req, nil) }))
 	req.Messages = []codec.Message{{Role: "assistant", ToolCalls: []codec.ToolCall{{Function: codec.FunctionCall{Name: "t7"}}}}}
 	req.Tools = req.Tools[:8]
-	require.Zero(t, testing.AllocsPerRun(100, func() { undeclaredReplay(&req) }), "declared calls among a few tools cost nothing")
+	require.Zero(t, testing.AllocsPerRun(100, func() { undeclaredReplay(&req, nil) }), "declared calls among a few tools cost nothing")
 }

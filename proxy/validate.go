@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"slices"
 	"strconv"
 
 	"github.com/bytedance/sonic"
@@ -295,7 +294,7 @@ func checkChat(intent *chatIntent, req *codec.ChatRequest, wire chatWire, tiers 
 	}
 	intent.HasTools = len(req.Tools) > 0
 	if native {
-		intent.UndeclaredReplay = undeclaredReplay(req)
+		intent.UndeclaredReplay = undeclaredReplay(req, seen)
 	}
 
 	// tool_choice
@@ -339,44 +338,29 @@ func checkChat(intent *chatIntent, req *codec.ChatRequest, wire chatWire, tiers 
 // them, and a model asked to go on from a call of a tool it was not given
 // may answer from it or call it again. The request is served as sent; the
 // answer says so in {"calls": n, "names": [...]}, the distinct names in
-// the order they first appear. nil when there is none, which costs no
+// the order they first appear. byName is checkTool's index of the tools
+// (nil for a few). nil when every call is declared, which costs no
 // allocation.
-func undeclaredReplay(req *codec.ChatRequest) []byte {
+func undeclaredReplay(req *codec.ChatRequest, byName map[string]int) []byte {
 	var (
-		calls    int
-		names    []string
-		declared map[string]bool // past smallToolCount tools, built on the first call
-		listed   map[string]bool // past smallToolCount names
+		calls  int
+		names  []string
+		listed map[string]bool
 	)
 	for i := range req.Messages {
 		for j := range req.Messages[i].ToolCalls {
 			name := req.Messages[i].ToolCalls[j].Function.Name
-			if len(req.Tools) > smallToolCount && declared == nil {
-				declared = make(map[string]bool, len(req.Tools))
-				for k := range req.Tools {
-					declared[req.Tools[k].Function.Name] = true
-				}
-			}
-			if declared[name] || declared == nil && declaresTool(req.Tools, name) {
+			if declaresTool(req.Tools, byName, name) {
 				continue
 			}
 			calls++
-			switch {
-			case listed != nil:
-				if listed[name] {
-					continue
-				}
-				listed[name] = true
-			case slices.Contains(names, name):
-				continue
-			case len(names) == smallToolCount:
-				listed = make(map[string]bool, 2*smallToolCount)
-				for _, n := range names {
-					listed[n] = true
-				}
-				listed[name] = true
+			if listed == nil {
+				listed = map[string]bool{}
 			}
-			names = append(names, name)
+			if !listed[name] {
+				listed[name] = true
+				names = append(names, name)
+			}
 		}
 	}
 	if calls == 0 {
@@ -394,8 +378,13 @@ func undeclaredReplay(req *codec.ChatRequest) []byte {
 	return append(out, "]}"...)
 }
 
-// declaresTool reports whether tools declare a function called name.
-func declaresTool(tools []codec.Tool, name string) bool {
+// declaresTool reports whether tools declare a function called name, by
+// byName (checkTool's index) when there is one.
+func declaresTool(tools []codec.Tool, byName map[string]int, name string) bool {
+	if byName != nil {
+		_, ok := byName[name]
+		return ok
+	}
 	for i := range tools {
 		if tools[i].Function.Name == name {
 			return true
@@ -681,10 +670,8 @@ func checkToolChoice(raw json.RawMessage, tools []codec.Tool) *codec.Error {
 		if sonic.Unmarshal(raw, &tc) != nil || tc.Type != "function" || tc.Function == nil || tc.Function.Name == "" {
 			return errToolChoice
 		}
-		for i := range tools {
-			if tools[i].Function.Name == tc.Function.Name {
-				return nil
-			}
+		if declaresTool(tools, nil, tc.Function.Name) {
+			return nil
 		}
 		return errToolChoiceName
 	}
