@@ -129,10 +129,10 @@ func compact(raw json.RawMessage) json.RawMessage {
 }
 
 // storedJSON is a field kept as sent, compacted; the case is stored as
-// jsonb, which refuses some of what JSON allows (jsonUnstorable).
+// jsonb, which refuses some of what JSON allows (codec.JSONUnstorable).
 func storedJSON(field string, raw json.RawMessage) (json.RawMessage, *codec.Error) {
 	b := compact(raw)
-	if why := jsonUnstorable(b); why != "" {
+	if why := codec.JSONUnstorable(b); why != "" {
 		return nil, convInvalid(field + ": " + why)
 	}
 	return b, nil

@@ -1,4 +1,4 @@
-package control
+package codec
 
 import "bytes"
 
@@ -11,12 +11,12 @@ const (
 	minNumberExp = -324
 )
 
-// jsonUnstorable reports why PostgreSQL would refuse to store raw, a
+// JSONUnstorable reports why PostgreSQL would refuse to store raw, a
 // compacted and valid JSON text, as jsonb, or "" when it would not: a NUL
 // character (valid JSON carries it only as the escape \u0000), an escaped
 // surrogate that is not half of a pair, or a number outside the bounds
 // above. Any of these would otherwise reach the database and fail there.
-func jsonUnstorable(raw []byte) string {
+func JSONUnstorable(raw []byte) string {
 	if bytes.IndexByte(raw, 0) >= 0 {
 		return "must not contain NUL characters."
 	}

@@ -1,4 +1,4 @@
-package control
+package codec
 
 import (
 	"strings"
@@ -48,8 +48,8 @@ func TestJSONUnstorable(t *testing.T) {
 		`"1e999 in a string is text"`:            "",
 		`{"1e999":"a key is text too"}`:          "",
 	} {
-		require.Equal(t, want, jsonUnstorable([]byte(raw)), raw)
+		require.Equal(t, want, JSONUnstorable([]byte(raw)), raw)
 	}
 	long := "[" + strings.Repeat(`"\ud83d\ude00",1e300,`, 1000) + "0]"
-	require.Empty(t, jsonUnstorable([]byte(long)))
+	require.Empty(t, JSONUnstorable([]byte(long)))
 }
