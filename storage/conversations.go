@@ -183,23 +183,16 @@ func canonicalUUID(id string) string {
 // membership that lacks either grant ErrVaultForbidden.
 func (db *DB) CreateConversation(ctx context.Context, userID, orgID string, n NewConversation) (Conversation, error) {
 	if n.VaultID != nil {
-		if !ValidUUID(*n.VaultID) {
-			return Conversation{}, ErrVaultNotFound
-		}
-		// The view zeroes a held member's grants but still has their row;
-		// the hold itself is read so that the vault is hidden from them
-		// rather than refused, as on every vault route.
-		var canRead, canWrite, held bool
-		err := db.Pool.QueryRow(ctx, `select g.can_read, g.can_write, m.held from vault_grants g
-			join vault_members m on m.vault_id = g.vault_id and m.user_id = g.user_id
-			where g.vault_id = $1 and g.user_id = $2 and g.org_id = $3`, *n.VaultID, userID, orgID).Scan(&canRead, &canWrite, &held)
-		if errors.Is(err, pgx.ErrNoRows) || held {
-			return Conversation{}, ErrVaultNotFound
-		}
+		// The caller's standing as every vault route reads it: a held
+		// member is no member at all.
+		a, err := loadVault(ctx, db.Pool, orgID, userID, *n.VaultID, false)
 		if err != nil {
-			return Conversation{}, fmt.Errorf("cannot read vault grants: %w", err)
+			return Conversation{}, err
 		}
-		if !canRead || !canWrite {
+		if !a.member || a.held {
+			return Conversation{}, ErrVaultNotFound
+		}
+		if !a.flags.CanRead || !a.flags.CanWrite {
 			return Conversation{}, ErrVaultForbidden
 		}
 	}

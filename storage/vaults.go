@@ -116,7 +116,7 @@ func scanVaultAccess(row pgx.Row, userID string) (vaultAccess, error) {
 
 // loadVault reads vaultID in orgID with userID's standing; ErrVaultNotFound
 // when it does not exist there. lock takes the vault's row lock.
-func loadVault(ctx context.Context, q pgx.Tx, orgID, userID, vaultID string, lock bool) (vaultAccess, error) {
+func loadVault(ctx context.Context, q convQuerier, orgID, userID, vaultID string, lock bool) (vaultAccess, error) {
 	if !ValidUUID(vaultID) {
 		return vaultAccess{}, ErrVaultNotFound
 	}
