@@ -90,14 +90,7 @@ func (a *API) createKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return codec.NewError(codec.CodeInvalidRequest, "allowed_scopes: "+err.Error())
 	}
-	if p.Scopes != 0 && (scopes == 0 || scopes&^p.Scopes != 0) {
-		missing := hotpath.FamilyNone
-		for f := hotpath.FamilyChat; f.String() != "unknown"; f++ {
-			if scopes.Has(f) && !p.Scopes.Has(f) {
-				missing = f
-				break
-			}
-		}
+	if missing := scopes.Lacking(p.Scopes); missing != hotpath.FamilyNone {
 		return &codec.Error{Code: codec.CodeKeyScopeForbidden,
 			Message: "A key cannot mint a key with scopes it does not hold itself.",
 			Detail:  codec.Detail{RequiredScope: missing.String()}}

@@ -91,6 +91,17 @@ func (s Scopes) Has(f Family) bool {
 	return f == FamilyNone || s == 0 || s&(1<<f) != 0
 }
 
+// Lacking returns the first family s grants that held does not, or
+// FamilyNone when held grants all of s.
+func (s Scopes) Lacking(held Scopes) Family {
+	for f := FamilyChat; f < familyCount; f++ {
+		if s.Has(f) && !held.Has(f) {
+			return f
+		}
+	}
+	return FamilyNone
+}
+
 // Names returns the effective family names: every family for an unscoped
 // set, so the list is never empty.
 func (s Scopes) Names() []string {
