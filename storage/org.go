@@ -186,6 +186,15 @@ func (db *DB) RemoveMember(ctx context.Context, orgID, actorID, targetID string)
 		if _, err := tx.Exec(ctx, `delete from memberships where org_id = $1 and user_id = $2`, orgID, targetID); err != nil {
 			return err
 		}
+		// Grants in the organization's vaults end with the membership, as
+		// the keys do, so a member re-added later starts without them. A
+		// vault the member owns keeps its owner: nobody can remove a
+		// vault's owner, and the organization's admins still administer it.
+		if _, err := tx.Exec(ctx, `delete from vault_members m using vaults v
+			where m.vault_id = v.id and v.org_id = $1 and m.user_id = $2
+				and v.owner_id is distinct from m.user_id`, orgID, targetID); err != nil {
+			return err
+		}
 		reason, keyReason := "removed", "member_removed"
 		if leaving {
 			reason, keyReason = "left", "member_left"

@@ -303,3 +303,42 @@ func TestVaultMembership(t *testing.T) {
 		require.Equal(t, 200, adm.do(t, "GET", members, nil).status, "an organization admin administers every vault")
 	})
 }
+
+// A member who leaves loses their grants in the organization's vaults with
+// the membership, as they lose their keys: re-invited, they start without
+// them. A vault they own stays theirs.
+func TestLeavingEndsVaultGrants(t *testing.T) {
+	ta := startTestApp(t)
+	ada := convTenant(t, ta, "ada@leave.test")
+	bob := convTenant(t, ta, "bob@leave.test")
+	join := func() convClient {
+		t.Helper()
+		inv := ada.do(t, "POST", "/api/v1/org/invitations", map[string]any{"user_id": bob.userID})
+		require.Equal(t, 202, inv.status, "%s", inv.raw)
+		r := bob.do(t, "POST", "/api/v1/invitations/"+inv.body["id"].(string)+"/accept", nil)
+		require.Equal(t, 200, r.status, "%s", r.raw)
+		key := admin(t, ta.dbURL, "key", "create", "--user", bob.userID, "--org", ada.orgID)
+		return convClient{ta: ta, key: key["access_token"].(string), userID: bob.userID, orgID: ada.orgID}
+	}
+	inOrg := join()
+	shared := ada.vault(t, map[string]any{"name": "Shared"})["id"].(string)
+	require.Equal(t, 201, ada.do(t, "POST", "/api/v1/vaults/"+shared+"/members",
+		map[string]any{"user_id": bob.userID, "can_read": true, "can_write": true}).status)
+	own := inOrg.vault(t, map[string]any{"name": "Bob's"})["id"].(string)
+	require.Equal(t, 200, inOrg.do(t, "GET", "/api/v1/vaults/"+shared, nil).status)
+
+	require.Equal(t, 204, inOrg.do(t, "DELETE", "/api/v1/org/memberships/"+ada.orgID, nil).status)
+	r := ada.do(t, "GET", "/api/v1/vaults/"+shared+"/members", nil)
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.NotContains(t, string(r.raw), bob.userID, "the departed member's grant ended with the membership")
+	var owner string
+	require.NoError(t, ta.db.Pool.QueryRow(context.Background(),
+		`select owner_id::text from vaults where id = $1`, own).Scan(&owner))
+	require.Equal(t, bob.userID, owner)
+
+	again := join()
+	requireError(t, again.do(t, "GET", "/api/v1/vaults/"+shared, nil), 404, "vault_not_found")
+	r = again.do(t, "GET", "/api/v1/vaults/"+own, nil)
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.Equal(t, true, perms(r.body)["can_administer"], "the vault the member owns is still theirs")
+}
