@@ -15,8 +15,11 @@ type ResponseOutput struct {
 // ResponseItem is one output item: a message (its text) or a function call
 // (its call id, name and arguments). Spans index ResponseOutput.Buf.
 type ResponseItem struct {
-	Call               bool
-	Done               bool
+	Call bool
+	Done bool
+	// Cut marks the item a budget or a filter cut short: done, its status
+	// is incomplete.
+	Cut                bool
 	callID, name, text span
 }
 
@@ -104,12 +107,15 @@ func AppendResponseItemID(dst []byte, h *ResponseHead, i int, call bool) []byte 
 	return append(dst, '"')
 }
 
-// appendItem appends item i in full: status completed when it is done,
-// in_progress otherwise.
+// appendItem appends item i in full: status completed when it is done
+// (incomplete when it was cut short), in_progress otherwise.
 func appendItem(dst []byte, h *ResponseHead, o *ResponseOutput, i int) []byte {
 	it := &o.Items[i]
 	status := `"in_progress"`
-	if it.Done {
+	switch {
+	case it.Done && it.Cut:
+		status = `"incomplete"`
+	case it.Done:
 		status = `"completed"`
 	}
 	if it.Call {

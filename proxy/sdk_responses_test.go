@@ -115,6 +115,85 @@ func TestResponsesSDKStreamAccumulates(t *testing.T) {
 	require.Equal(t, "response.failed", last)
 }
 
+// The item a budget cut is incomplete, and a response's items read the
+// same streamed or not: an empty answer has its one empty message item in
+// both, and every item's status in the stream's output_item.done events is
+// the status the terminal event reports.
+func TestResponsesItemsAgreeStreamedOrNot(t *testing.T) {
+	f := newChatFixture(t)
+	ctx := context.Background()
+	client := openaiClient(f)
+	type item struct{ Type, Status, Text string }
+	items := func(out []responses.ResponseOutputItemUnion) []item {
+		var got []item
+		for _, o := range out {
+			it := item{Type: o.Type, Status: o.Status}
+			if o.Type == "message" {
+				for _, c := range o.AsMessage().Content {
+					it.Text += c.Text
+				}
+			}
+			got = append(got, it)
+		}
+		return got
+	}
+	cases := []struct {
+		name   string
+		params responses.ResponseNewParams
+		status responses.ResponseStatus
+		want   []item
+	}{
+		{"an empty answer", responses.ResponseNewParams{Model: "mira",
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Nothing [[sim:tokens=0]]")}},
+			responses.ResponseStatusCompleted, []item{{"message", "completed", ""}}},
+		{"text cut by the budget", responses.ResponseNewParams{Model: "mira", MaxOutputTokens: openai.Int(2),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Long [[sim:tokens=10]]")}},
+			responses.ResponseStatusIncomplete, nil},
+		{"reasoning cut by the budget", responses.ResponseNewParams{Model: "kavi", MaxOutputTokens: openai.Int(3),
+			Reasoning: openai.ReasoningParam{Effort: openai.ReasoningEffortLow},
+			Input:     responses.ResponseNewParamsInputUnion{OfString: openai.String("Think [[sim:reasoning=10]] [[sim:tokens=2]]")}},
+			responses.ResponseStatusIncomplete, []item{{"message", "incomplete", ""}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := client.Responses.New(ctx, c.params)
+			require.NoError(t, err)
+			require.Equal(t, c.status, resp.Status)
+			plain := items(resp.Output)
+			if c.want != nil {
+				require.Equal(t, c.want, plain)
+			} else {
+				require.Len(t, plain, 1)
+				require.Equal(t, "incomplete", plain[0].Status, "the cut item")
+				require.NotEmpty(t, plain[0].Text)
+			}
+
+			s := client.Responses.NewStreaming(ctx, c.params)
+			var done []string
+			var final *responses.Response
+			for s.Next() {
+				switch ev := s.Current(); ev.Type {
+				case "response.output_item.done":
+					done = append(done, ev.Item.Status)
+				case "response.completed", "response.incomplete":
+					r := ev.Response
+					final = &r
+				}
+			}
+			require.NoError(t, s.Err())
+			require.NotNil(t, final)
+			require.Equal(t, c.status, final.Status)
+			streamed := items(final.Output)
+			require.Len(t, streamed, len(plain))
+			for i := range plain {
+				require.Equal(t, plain[i].Type, streamed[i].Type)
+				require.Equal(t, plain[i].Status, streamed[i].Status)
+				require.Equal(t, plain[i].Status, done[i], "output_item.done says what the terminal event says")
+			}
+		})
+	}
+}
+
 var sdkResponsesWeather = responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{
 	Name:        "get_weather",
 	Description: openai.String("Weather for a city"),

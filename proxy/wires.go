@@ -350,8 +350,19 @@ func (t *turn) responseEnd() codec.ResponseEnd {
 // appendResponsesEnd closes the open item and appends the terminal event:
 // response.completed, or response.incomplete when the budget or a filter
 // cut the answer.
+//
+// The last item is the one a cut interrupted, so on an incomplete response
+// it closes incomplete. An answer with neither text nor calls still ends
+// with its one empty message item, as the non-streaming response has it.
 func (t *turn) appendResponsesEnd(dst []byte) []byte {
 	t.out = dst
+	e := t.responseEnd()
+	cut := e.Status == "incomplete"
+	if t.rout.Len() == 0 && len(t.queue.calls) == 0 {
+		t.rout.AddMessage()
+		t.out = codec.AppendResponseItemAdded(t.out, &t.seq, &t.rhead, &t.rout, 0)
+	}
+	t.cutOpen(cut && len(t.queue.calls) == 0)
 	t.responsesClose()
 	for i := range t.queue.calls {
 		id, name := t.queue.call(i)
@@ -360,16 +371,23 @@ func (t *turn) appendResponsesEnd(dst []byte) []byte {
 		if args := t.queue.args(i); len(args) > 2 {
 			t.responsesDelta(args)
 		}
+		t.cutOpen(cut && i == len(t.queue.calls)-1)
 		t.responsesClose()
 	}
-	e := t.responseEnd()
 	name := "response.completed"
-	if e.Status == "incomplete" {
+	if cut {
 		name = "response.incomplete"
 	}
 	dst = codec.AppendResponseStateEvent(t.out, name, t.seq, &t.rhead, &t.rout, &e)
 	t.seq++
 	return dst
+}
+
+// cutOpen marks the open item, if any, cut short when cut is set.
+func (t *turn) cutOpen(cut bool) {
+	if it := t.rout.Last(); cut && it != nil && !it.Done {
+		it.Cut = true
+	}
 }
 
 // appendResponsesFailed appends response.failed for a stream that broke:
@@ -410,5 +428,8 @@ func (t *turn) appendResponse(dst []byte) []byte {
 		}
 	}
 	e := t.responseEnd()
+	if it := o.Last(); it != nil && e.Status == "incomplete" {
+		it.Cut = true
+	}
 	return codec.AppendResponse(dst, h, o, &e)
 }
