@@ -374,6 +374,10 @@ type turn struct {
 	// (Complete); such a turn never streams.
 	result *hotpath.TurnResult
 
+	// claim holds the request's Idempotency-Key until its answer is
+	// stored; nil without one.
+	claim hotpath.Claim
+
 	// Admission: the key's concurrency slot and the budgets reserved.
 	principal *hotpath.Principal
 	charge    meter.Charge
@@ -536,12 +540,14 @@ func (ch *Chat) serveTurn(ctx *fasthttp.RequestCtx, c *hotpath.Call, wire chatWi
 	defer func() {
 		// A stream that opened owns t from here. Every other ending —
 		// an answer, an error, a panic on its way to the edge's recovery
-		// — settles, gives the slots back and logs its row.
+		// — settles, gives the slots and an unstored key claim back and
+		// logs its row.
 		if streaming && err == nil {
 			return
 		}
 		t.account(&c.Usage)
 		t.settle()
+		abandon(t.claim)
 		releaseTurn(t)
 	}()
 	streaming, err = t.prepare(ctx, c)
@@ -651,6 +657,58 @@ func (t *turn) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 	return refusal
 }
 
+// claimKey looks the request's Idempotency-Key up before admission: a
+// stored answer is replayed without a budget, a concurrency slot or a
+// model, and a key in use answers 409. Otherwise the turn claims the key
+// (t.claim): a success stores its answer under it, and every other ending,
+// an admission refusal included, gives it back, so that a retry runs
+// afresh. done says the request is answered, by a replay or by err.
+func (t *turn) claimKey(ctx *fasthttp.RequestCtx, c *hotpath.Call, body []byte) (done bool, err error) {
+	key := ctx.Request.Header.Peek("Idempotency-Key")
+	if len(key) == 0 || !t.wire.replays() || t.req.Stream || t.ch.cfg.Idempotency == nil {
+		return false, nil
+	}
+	if len(key) > maxIdempotencyKey {
+		return true, errIdempotencyKeyTooLong
+	}
+	ictx, cancel := context.WithTimeout(context.Background(), idempotencyTimeout)
+	replay, cl, err := t.ch.cfg.Idempotency.Begin(ictx, t.keyID, string(key), requestHash(ctx.Path(), body))
+	cancel()
+	switch {
+	case errors.Is(err, hotpath.ErrIdempotencyInProgress):
+		return true, errIdempotencyInProgress
+	case errors.Is(err, hotpath.ErrIdempotencyConflict):
+		return true, errIdempotencyConflict
+	case err != nil:
+		t.ch.cfg.Log.Warn("idempotency store unavailable; serving without replay", "request_id", string(t.requestID), "err", err)
+	case replay != nil:
+		if cerr := t.countReplay(ctx, c); cerr != nil {
+			return true, cerr
+		}
+		writeReplay(ctx, replay)
+		return true, nil
+	default:
+		t.claim = cl
+	}
+	return false, nil
+}
+
+// countReplay counts a replay in the key's request windows, as a request
+// served (a full window refuses it like any other); it takes no
+// concurrency slot and reserves and bills nothing.
+func (t *turn) countReplay(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
+	l := t.ch.cfg.Limits
+	if l == nil {
+		return nil
+	}
+	st, metered, refusal := l.Hit(context.Background(), c.Start, c.User, hotpath.RateRequests)
+	t.rateShown = true
+	if metered {
+		setRateHeaders(ctx, st)
+	}
+	return refusal
+}
+
 // prepare runs everything up to the upstream call and either answers a
 // non-streaming request or hands a stream to the stream writer, which then
 // owns t.
@@ -672,6 +730,9 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 	t.intent = intent
 	t.routing.UndeclaredToolReplay = intent.UndeclaredReplay
 	t.bound, t.images = promptBound(&t.req), hasImages(&t.req)
+	if done, err := t.claimKey(ctx, c, body); done {
+		return false, err
+	}
 	if intent.HasFiles {
 		if cerr := t.resolveFiles(c); cerr != nil {
 			return false, cerr
@@ -732,33 +793,9 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		t.gw = codec.SpliceFields(t.gw, 0, f)
 	}
 
-	var claim hotpath.Claim
-	if key := ctx.Request.Header.Peek("Idempotency-Key"); len(key) > 0 && t.wire.replays() && !t.req.Stream && t.ch.cfg.Idempotency != nil {
-		if len(key) > maxIdempotencyKey {
-			return false, errIdempotencyKeyTooLong
-		}
-		ictx, cancel := context.WithTimeout(context.Background(), idempotencyTimeout)
-		replay, cl, err := t.ch.cfg.Idempotency.Begin(ictx, t.keyID, string(key), requestHash(ctx.Path(), body))
-		cancel()
-		switch {
-		case errors.Is(err, hotpath.ErrIdempotencyInProgress):
-			return false, errIdempotencyInProgress
-		case errors.Is(err, hotpath.ErrIdempotencyConflict):
-			return false, errIdempotencyConflict
-		case err != nil:
-			t.ch.cfg.Log.Warn("idempotency store unavailable; serving without replay", "request_id", string(t.requestID), "err", err)
-		case replay != nil:
-			writeReplay(ctx, replay)
-			return false, nil
-		default:
-			claim = cl
-		}
-	}
-
 	upReq := fasthttp.AcquireRequest()
 	if err := t.buildUpstreamRequest(upReq); err != nil {
 		fasthttp.ReleaseRequest(upReq)
-		abandon(claim)
 		return false, err
 	}
 	// The upstream joins the client's trace (or the one this request
@@ -772,7 +809,7 @@ func (t *turn) prepare(ctx *fasthttp.RequestCtx, c *hotpath.Call) (streaming boo
 		t.openStream(ctx, upReq, c)
 		return true, nil
 	}
-	err = t.complete(ctx, upReq, claim)
+	err = t.complete(ctx, upReq)
 	fasthttp.ReleaseRequest(upReq)
 	return false, err
 }
@@ -800,6 +837,8 @@ const maxIdempotencyKey = 255
 // never derived from the fasthttp RequestCtx, which is recycled.
 const idempotencyTimeout = 2 * time.Second
 
+// abandon gives a claim back and stores nothing: the request failed, and a
+// retry runs afresh.
 func abandon(claim hotpath.Claim) {
 	if claim != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), idempotencyTimeout)
@@ -1045,11 +1084,10 @@ func (t *turn) retryAfter(cerr *codec.Error, upstream time.Duration) *codec.Erro
 
 // complete serves a non-streaming request: one upstream exchange (with
 // retries before anything is answered), then the wire's completion body.
-func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim hotpath.Claim) error {
+func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request) error {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	if cerr := t.exchange(t.up.plain, req, resp, time.Now().Add(t.up.Tier.Deadline), false); cerr != nil {
-		abandon(claim)
 		return cerr
 	}
 	var c codec.Completion
@@ -1057,7 +1095,6 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		// An unreadable answer is an upstream failure like a 5xx; nothing
 		// reached the client, so it is answered in the 503 family.
 		t.up.Breaker.FailureOf(requestKey(req))
-		abandon(claim)
 		return t.retryAfter(errOverloaded, 0)
 	}
 	t.up.Breaker.Success()
@@ -1073,7 +1110,6 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		// client left before its first token, for its prompt only. A
 		// quicker answer is not looked for: one peek per request costs
 		// more than the rare answer written to a closed connection.
-		abandon(claim)
 		t.bill.OutputTokens = 0
 		t.bill.AmountPico = meter.Cost(&t.up.Tier.Prices, t.bill.InputTokens, t.bill.CacheReadTokens, 0)
 		return codec.ErrClientClosedRequest
@@ -1084,8 +1120,7 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 		r.ToolCalls = append([]byte(nil), c.ToolCalls...)
 	}
 	if cerr := t.checkStructured(c.Content); cerr != nil {
-		abandon(claim) // billed, and a retry may pass: nothing is stored
-		return cerr
+		return cerr // billed, and a retry may pass: nothing is stored
 	}
 	var captured []byte
 	if t.mem != nil {
@@ -1117,11 +1152,12 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request, claim h
 	var ms [24]byte
 	ctx.Response.Header.SetBytesV("Gateway-Overhead-Ms", codec.AppendDecimal(ms[:0], overhead.Microseconds(), 3))
 	t.ch.m.overhead.Update(overhead.Seconds())
-	if claim != nil {
+	if t.claim != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), idempotencyTimeout)
-		err := claim.Complete(cctx, hotpath.Replay{Status: fasthttp.StatusOK, Body: append([]byte(nil), t.out...),
+		err := t.claim.Complete(cctx, hotpath.Replay{Status: fasthttp.StatusOK, Body: append([]byte(nil), t.out...),
 			Headers: [][2]string{{"Content-Type", "application/json"}}})
 		cancel()
+		t.claim = nil // stored (or the store failed): nothing to give back
 		if err != nil {
 			t.ch.cfg.Log.Warn("cannot store idempotent replay", "request_id", string(t.requestID), "err", err)
 		}

@@ -484,12 +484,12 @@ func TestLedgerRowsForEveryEnding(t *testing.T) {
 	require.NotEmpty(t, failed.ErrorCode)
 }
 
-// panickingReplays panics when asked for a replay: after chat admitted the
-// request, before it answers.
-type panickingReplays struct{ hotpath.IdempotencyStore }
+// panickingRules panics when a turn reads its standing rules: after chat
+// admitted the request, before it answers.
+type panickingRules struct{ rulesStore }
 
-func (panickingReplays) Begin(context.Context, string, string, [32]byte) (*hotpath.Replay, hotpath.Claim, error) {
-	panic("replay store exploded")
+func (panickingRules) Rules(context.Context, memory.Caller) ([]memory.Rule, error) {
+	panic("rules store exploded")
 }
 
 func TestSlotsAreReleasedWhenAHandlerPanics(t *testing.T) {
@@ -497,9 +497,12 @@ func TestSlotsAreReleasedWhenAHandlerPanics(t *testing.T) {
 	l := newLimits(t, c, testPlan(func(p *meter.Plan) { p.MaxConcurrent = 1 }))
 	p := uncapped()
 	p.SpendCapMicros = 1000 // a budget to reserve against
-	f := newChatFixture(t, withLimits(l, nil, p), func(o *fixtureOptions) { o.idempotency = panickingReplays{} })
+	f := newChatFixture(t, withLimits(l, nil, p), func(o *fixtureOptions) {
+		o.memory = &MemoryConfig{Store: panickingRules{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	})
+	ruled := `{"model":"mira","max_tokens":8,"rules":true,"messages":[{"role":"user","content":"hi [[sim:tokens=4]]"}]}`
 	for range 3 {
-		r := f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "k1")
+		r := f.post(t, "/api/v1/chat", ruled)
 		require.Equal(t, http.StatusInternalServerError, r.status, "not 429: the slot came back")
 	}
 	require.Zero(t, c.inFlight("cc:key-1"))
@@ -508,6 +511,37 @@ func TestSlotsAreReleasedWhenAHandlerPanics(t *testing.T) {
 	require.NoError(t, c.Usage(context.Background(), time.Now(),
 		[]meter.Budget{{Kind: meter.BudgetKeySpend, Subject: "key-1", Cap: 1000 * 1_000_000}}, st[:]))
 	require.Zero(t, st[0].Used, "the reservations were given back")
+}
+
+// panickingReplays panics when it stores an answer.
+type panickingReplays struct{ hotpath.IdempotencyStore }
+
+func (s panickingReplays) Begin(ctx context.Context, scope, key string, body [32]byte) (*hotpath.Replay, hotpath.Claim, error) {
+	r, c, err := s.IdempotencyStore.Begin(ctx, scope, key, body)
+	if c != nil {
+		c = panickingClaim{c}
+	}
+	return r, c, err
+}
+
+type panickingClaim struct{ hotpath.Claim }
+
+func (panickingClaim) Complete(context.Context, hotpath.Replay) error { panic("replay store exploded") }
+
+// A panic while the answer is stored under its Idempotency-Key gives the
+// key back with the slot: a retry runs again, it is not 409.
+func TestIdempotencyKeyIsReleasedWhenAHandlerPanics(t *testing.T) {
+	c := newHeldSlots()
+	l := newLimits(t, c, testPlan(func(p *meter.Plan) { p.MaxConcurrent = 1 }))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()), func(o *fixtureOptions) {
+		o.idempotency = panickingReplays{hotpath.NewMemoryIdempotency(time.Hour, 0)}
+	})
+	for range 3 {
+		r := f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "k1")
+		require.Equal(t, http.StatusInternalServerError, r.status, "not 429: the slot came back; not 409: so did the key")
+	}
+	require.Zero(t, c.inFlight("cc:key-1"))
+	require.Zero(t, f.chat.gate.InFlight())
 }
 
 func TestRateHeadersAreSpelledAsTheSpecSays(t *testing.T) {
@@ -678,4 +712,131 @@ func TestWorkspaceSpendCountedWithoutACap(t *testing.T) {
 	r := f.post(t, "/api/v1/chat", smallChat)
 	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
 	require.Contains(t, string(r.body), `"workspace_spend_cap_exceeded"`)
+}
+
+// A retry of a stored answer replays it whatever the key's budgets say: the
+// replay is looked up before admission, reserves nothing and bills nothing.
+func TestIdempotentReplayAfterTheSpendCapIsSpent(t *testing.T) {
+	c := meter.NewMemoryCounters(meter.NoSeeder{})
+	l := newLimits(t, c, testPlan(nil))
+	p := uncapped()
+	p.SpendCapMicros = 1000
+	sink := &recordingSink{}
+	f := newChatFixture(t, withLimits(l, sink, p))
+	first := f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "ik")
+	require.Equal(t, http.StatusOK, first.status, "%s", first.body)
+
+	// Spend what is left of the cap.
+	l.Wait()
+	spend := []meter.Budget{{Kind: meter.BudgetKeySpend, Subject: "key-1", Cap: 1000 * 1_000_000}}
+	spent := func() int64 {
+		l.Wait()
+		var st [1]meter.BudgetState
+		require.NoError(t, c.Usage(context.Background(), time.Now(), spend, st[:]))
+		return st[0].Used
+	}
+	var res meter.Reservation
+	refused, err := metertest.Reserve(context.Background(), c, time.Now(), spend, []int64{spend[0].Cap - spent()}, &res)
+	require.NoError(t, err)
+	require.Equal(t, -1, refused)
+	r := f.post(t, "/v1/chat/completions", smallChat)
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	require.Contains(t, string(r.body), "key_spend_cap_exceeded")
+
+	again := f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "ik")
+	require.Equal(t, http.StatusOK, again.status, "%s", again.body)
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, string(first.body), string(again.body))
+	require.Equal(t, spend[0].Cap, spent(), "the replay reserved and spent nothing")
+
+	require.Eventually(t, func() bool { return len(sink.all()) == 3 }, 2*time.Second, time.Millisecond)
+	replay := sink.all()[2]
+	require.Equal(t, http.StatusOK, replay.Status)
+	require.False(t, replay.Billed)
+	require.Zero(t, replay.CostPico)
+	require.Zero(t, replay.InputTokens+replay.OutputTokens)
+}
+
+// A retry of a stored answer needs no concurrency slot, and a retry while
+// the first is still running is 409 whether or not a slot is free.
+func TestIdempotentReplayWhileTheSlotsAreHeld(t *testing.T) {
+	c := newHeldSlots()
+	l := newLimits(t, c, testPlan(func(p *meter.Plan) { p.MaxConcurrent = 1 }))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()))
+	first := f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "ik")
+	require.Equal(t, http.StatusOK, first.status, "%s", first.body)
+	require.Eventually(t, func() bool { return c.inFlight("cc:key-1") == 0 }, 2*time.Second, time.Millisecond)
+
+	slow := `{"model":"mira","messages":[{"role":"user","content":"x [[sim:ttft_ms=600]] [[sim:tokens=2]]"}]}`
+	done := make(chan chatReply, 1)
+	go func() { done <- f.post(t, "/v1/chat/completions", slow, "Idempotency-Key", "slow") }()
+	require.Eventually(t, func() bool { return c.inFlight("cc:key-1") == 1 }, 2*time.Second, time.Millisecond)
+
+	r := f.post(t, "/v1/chat/completions", smallChat)
+	require.Equal(t, http.StatusTooManyRequests, r.status, "the key's one slot is held")
+	again := f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "ik")
+	require.Equal(t, http.StatusOK, again.status, "%s", again.body)
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, string(first.body), string(again.body))
+	r = f.post(t, "/v1/chat/completions", slow, "Idempotency-Key", "slow")
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	require.Contains(t, string(r.body), "idempotency_conflict")
+
+	held := <-done
+	require.Equal(t, http.StatusOK, held.status, "%s", held.body)
+	again = f.post(t, "/v1/chat/completions", slow, "Idempotency-Key", "slow")
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, string(held.body), string(again.body))
+}
+
+// A request that claimed its key and was then refused at admission gives
+// the key back: the retry runs afresh, neither 409 nor a replay.
+func TestClaimedKeyRefusedAtAdmissionCanBeRetried(t *testing.T) {
+	c := newHeldSlots()
+	l := newLimits(t, c, testPlan(func(p *meter.Plan) { p.MaxConcurrent = 1 }))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()))
+	slow := `{"model":"mira","stream":true,"messages":[{"role":"user","content":"x [[sim:tokens=20]] [[sim:itl_ms=10]]"}]}`
+	done := make(chan chatReply, 1)
+	go func() { done <- f.post(t, "/api/v1/chat", slow) }()
+	require.Eventually(t, func() bool { return c.inFlight("cc:key-1") == 1 }, 2*time.Second, time.Millisecond)
+	r := f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "ik")
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	require.Equal(t, http.StatusOK, (<-done).status)
+	require.Eventually(t, func() bool { return c.inFlight("cc:key-1") == 0 }, 2*time.Second, time.Millisecond)
+
+	r = f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "ik")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Empty(t, r.header.Get("Idempotent-Replayed"))
+	again := f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "ik")
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+}
+
+// An over-long Idempotency-Key is refused before admission and uses no
+// window slot; a replay is a request served and counts in the window (a
+// full one refuses it); a conflict is answered before admission.
+func TestIdempotencyKeyAndTheRequestWindow(t *testing.T) {
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(func(p *meter.Plan) { p.RequestsPerMinute = 4 }))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()))
+	r := f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "ik")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Equal(t, "3", r.header.Get("X-RateLimit-Remaining"))
+
+	r = f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", strings.Repeat("k", 256))
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Contains(t, string(r.body), "Idempotency-Key")
+	require.Equal(t, "3", r.header.Get("X-RateLimit-Remaining"), "peeked, not counted")
+	r = f.post(t, "/v1/chat/completions", `{"model":"mira","messages":[{"role":"user","content":"other"}]}`, "Idempotency-Key", "ik")
+	require.Equal(t, http.StatusConflict, r.status)
+	require.Equal(t, "3", r.header.Get("X-RateLimit-Remaining"), "peeked, not counted")
+
+	r = f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "ik")
+	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+	require.Equal(t, "2", r.header.Get("X-RateLimit-Remaining"), "a replay is counted")
+	for range 2 {
+		require.Equal(t, http.StatusOK, f.post(t, "/v1/chat/completions", smallChat).status)
+	}
+	r = f.post(t, "/v1/chat/completions", smallChat, "Idempotency-Key", "ik")
+	require.Equal(t, http.StatusTooManyRequests, r.status, "a full window refuses a replay too")
+	require.Contains(t, string(r.body), "rate_limited")
+	require.Empty(t, r.header.Get("Idempotent-Replayed"))
 }
