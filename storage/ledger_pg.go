@@ -326,15 +326,21 @@ func (l *Ledger) SeedBudget(ctx context.Context, b meter.Budget, from, to time.T
 // [from, to): their cost for key spend, workspace spend and credits, their
 // weighted tokens for the pools, their number on the mira tier for the
 // mira cap. Slot i covers [from+i*slot, from+(i+1)*slot); there is one slot
-// when slot covers the whole span. Times are taken to the microsecond, as
-// PostgreSQL keeps them.
+// when slot covers the whole span.
+//
+// It reads the ledger's running totals (ledger_totals, kept by a trigger
+// as rows are written), which hold each subject's sums per 15-minute bin:
+// from and every slot boundary must fall on a bin boundary, as every span
+// a counter is seeded over does, and a bin counts whole when it starts
+// before to. So a row another process stamped a moment after to, by its
+// own clock, counts: a seed may hold a little more than the instant's
+// spend, never less.
 func (db *DB) SeedBudget(ctx context.Context, b meter.Budget, from, to time.Time, slot time.Duration) ([]int64, error) {
-	from, to = from.Truncate(time.Microsecond), to.Truncate(time.Microsecond)
 	span := to.Sub(from)
 	n := 1
 	if slot > 0 && span > slot {
-		if slot = slot.Truncate(time.Microsecond); slot <= 0 {
-			return nil, errors.New("cannot seed budget: a slot is shorter than a microsecond")
+		if slot%totalsBin != 0 {
+			return nil, fmt.Errorf("cannot seed budget: a slot of %s is not a whole number of %s bins", slot, totalsBin)
 		}
 		q := span / slot
 		if span%slot != 0 {
@@ -349,34 +355,36 @@ func (db *DB) SeedBudget(ctx context.Context, b meter.Budget, from, to time.Time
 	if !to.After(from) {
 		return out, nil
 	}
+	if from.UnixMicro()%totalsBin.Microseconds() != 0 {
+		return nil, fmt.Errorf("cannot seed budget: %s is not on a %s boundary", from.UTC().Format(time.RFC3339Nano), totalsBin)
+	}
 	var subject [16]byte
 	if !parseUUID(&subject, b.Subject) {
 		return nil, fmt.Errorf("cannot seed budget %s: subject %q is not a UUID", b.Kind, b.Subject)
 	}
-	var measure, where string
+	var kind int16
 	switch b.Kind {
 	case meter.BudgetKeySpend, meter.BudgetCredits:
-		measure, where = "sum(cost_pico)", "key_id = $1"
+		kind = 1
 	case meter.BudgetWorkspaceSpend:
-		measure, where = "sum(cost_pico)", "workspace_id = $1 and workspace_id is not null"
+		kind = 2
 	case meter.BudgetPoolMonthly, meter.BudgetPoolBurst:
-		measure, where = "sum(weighted_tokens)", "org_id = $1"
+		kind = 3
 	case meter.BudgetMiraRequests:
-		measure, where = "count(*)", "org_id = $1 and tier = 'mira' and bucket = 'subscription'"
+		kind = 4
 	default:
 		return nil, fmt.Errorf("cannot seed budget: unknown kind %d", b.Kind)
 	}
 	id := pgtype.UUID{Bytes: subject, Valid: true}
-	filter := " from request_log where " + where + " and billed and created_at >= $2 and created_at < $3"
+	const filter = " from ledger_totals where kind = $1 and subject = $2 and bin >= $3 and bin < $4"
 	if n == 1 {
-		err := db.Pool.QueryRow(ctx, "select coalesce("+measure+", 0)::bigint"+filter, id, from, to).Scan(&out[0])
+		err := db.Pool.QueryRow(ctx, "select coalesce(sum(amount), 0)::bigint"+filter, kind, id, from, to).Scan(&out[0])
 		if err != nil {
 			return nil, fmt.Errorf("cannot seed budget %s: %w", b.Kind, err)
 		}
 		return out, nil
 	}
-	rows, err := db.Pool.Query(ctx, "select date_bin($4::bigint * interval '1 microsecond', created_at, $2), "+
-		measure+"::bigint"+filter+" group by 1", id, from, to, slot.Microseconds())
+	rows, err := db.Pool.Query(ctx, "select bin, amount"+filter, kind, id, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("cannot seed budget %s: %w", b.Kind, err)
 	}
@@ -396,6 +404,9 @@ func (db *DB) SeedBudget(ctx context.Context, b meter.Budget, from, to time.Time
 	}
 	return out, nil
 }
+
+// totalsBin is the width of a ledger_totals bin (migration 013).
+const totalsBin = 15 * time.Minute
 
 // RequestLog is one row of the request log as its owner reads it.
 type RequestLog struct {

@@ -295,6 +295,7 @@ func testLedgerReplaysTheSpoolOfACrashedProcess(t *testing.T, pooled bool) {
 	again := openLedger(t, writer, dir)
 	flush(t, again.Ledger)
 	require.Equal(t, 1500, countRows(t, direct, "true"))
+	requireTotalsOfTheRows(t, direct)
 	require.EqualValues(t, 1500, again.counter("gateway_ledger_rows_duplicate_total"))
 	require.Zero(t, again.counter("gateway_ledger_rows_replayed_total"))
 	require.Positive(t, again.counter("gateway_ledger_copy_conflicts_total"), "COPY refuses a batch of rows present")
@@ -358,6 +359,7 @@ func testSeedBudget(t *testing.T, db *storage.DB) {
 		r.KeyID, r.OrgID, r.Tier, r.CostPico, r.WeightedTokens = keyB, org2, "mira", 0, 0
 	})
 	flush(t, l.Ledger)
+	requireTotalsOfTheRows(t, db)
 
 	ctx := context.Background()
 	seed := func(kind meter.BudgetKind, subject string, from, to time.Time, slot time.Duration) []int64 {
@@ -395,6 +397,34 @@ func testSeedBudget(t *testing.T, db *storage.DB) {
 		_, err := l.SeedBudget(ctx, meter.Budget{Kind: meter.BudgetKeySpend, Subject: "key"}, month, next, whole)
 		require.Error(t, err)
 	})
+	t.Run("a span that does not start on a bin boundary", func(t *testing.T) {
+		_, err := l.SeedBudget(ctx, meter.Budget{Kind: meter.BudgetKeySpend, Subject: keyA}, month.Add(time.Minute), next, whole)
+		require.ErrorContains(t, err, "boundary")
+	})
+}
+
+// requireTotalsOfTheRows checks that the running totals counters are
+// seeded from hold exactly the sums of the rows written, each row once.
+func requireTotalsOfTheRows(t *testing.T, db *storage.DB) {
+	t.Helper()
+	var diff int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `
+		with rows as (
+			select 1::smallint as kind, key_id as subject, date_bin('15 minutes', created_at, timestamptz '2000-01-01 00:00:00+00') as bin,
+				cost_pico as amount from request_log where billed and key_id is not null
+			union all select 2::smallint, workspace_id, date_bin('15 minutes', created_at, timestamptz '2000-01-01 00:00:00+00'),
+				cost_pico from request_log where billed and workspace_id is not null
+			union all select 3::smallint, org_id, date_bin('15 minutes', created_at, timestamptz '2000-01-01 00:00:00+00'),
+				weighted_tokens from request_log where billed and org_id is not null
+			union all select 4::smallint, org_id, date_bin('15 minutes', created_at, timestamptz '2000-01-01 00:00:00+00'),
+				1 from request_log where billed and org_id is not null and tier = 'mira' and bucket = 'subscription'),
+		want as (select kind, subject, bin, sum(amount)::bigint as amount from rows group by 1, 2, 3)
+		select count(*) from want full join ledger_totals t using (kind, subject, bin)
+		where want.amount is distinct from t.amount`).Scan(&diff))
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `select count(*) from ledger_totals`).Scan(&n))
+	require.Positive(t, n, "the rows left totals")
+	require.Zero(t, diff, "totals that differ from the rows' sums")
 }
 
 func TestSeedBudgetSlotsOfTheBurstWindow(t *testing.T) {
