@@ -90,6 +90,7 @@ const (
 	CodeWorkspaceIsDefault      // 409
 	CodePromptSlugExists        // 409
 	CodeMemoryNotFound          // 404
+	CodeMemoryFrozen            // 409, the gateway's own (docs/memory.md)
 
 	// codeCount is one past the last valid code: valid codes are 1 <= c < codeCount.
 	codeCount
@@ -191,6 +192,7 @@ var codeTable = [codeCount]codeInfo{
 	CodeWorkspaceIsDefault:           {"workspace_is_default", 409, typeInvalidRequest, "The default workspace cannot be deleted."},
 	CodePromptSlugExists:             {"prompt_slug_exists", 409, typeInvalidRequest, "A prompt with this slug already exists."},
 	CodeMemoryNotFound:               {"memory_not_found", 404, typeNotFound, "The memory was not found."},
+	CodeMemoryFrozen:                 {"memory_frozen", 409, typeInvalidRequest, "The memory is frozen until its departed author's memory is settled."},
 }
 
 var codeBySlug = func() map[string]Code {

@@ -138,6 +138,7 @@ func TestCodes(t *testing.T) {
 		{CodeWorkspaceIsDefault, "workspace_is_default", 409, "invalid_request_error"},
 		{CodePromptSlugExists, "prompt_slug_exists", 409, "invalid_request_error"},
 		{CodeMemoryNotFound, "memory_not_found", 404, "not_found_error"},
+		{CodeMemoryFrozen, "memory_frozen", 409, "invalid_request_error"},
 	}
 	require.Len(t, tests, int(codeCount)-1, "every code is listed")
 	for _, tt := range tests {

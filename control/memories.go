@@ -35,6 +35,7 @@ var (
 	ErrMemoryOrgWrite   = codec.NewError(codec.CodeOrgForbidden, "Only an owner or admin may write or delete organization memory.")
 	ErrMemoryVaultWrite = codec.NewError(codec.CodeVaultForbidden, "You may read this vault's memory but not change it.")
 	ErrDepartedNotFound = codec.NewError(codec.CodeUserNotFound, "No departed member with this id has memory to settle.")
+	ErrMemoryFrozen     = codec.NewError(codec.CodeMemoryFrozen, "A departed member's memory is frozen until an owner or admin settles it with POST /api/v1/memories/departed/{user_id}.")
 	errMemoryBadCursor  = convInvalid("cursor: not a cursor this list returned.")
 )
 
@@ -53,6 +54,8 @@ func memoryError(err error) error {
 	switch {
 	case errors.Is(err, storage.ErrMemoryNotFound):
 		return ErrMemoryNotFound
+	case errors.Is(err, storage.ErrMemoryFrozen):
+		return ErrMemoryFrozen
 	case errors.Is(err, storage.ErrForbidden):
 		return ErrMemoryOrgWrite
 	case errors.Is(err, storage.ErrVaultForbidden):
@@ -123,21 +126,27 @@ func (a *API) writeMemory(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return cerr
 	}
 	w := storage.MemoryWrite{Scope: memory.ScopePersonal, Source: "manual"}
+	// The bounds apply to what is stored: the text after trimming.
 	key, cerr := f.str("key")
 	if cerr != nil {
 		return cerr
 	}
-	if key == nil || strings.TrimSpace(*key) == "" || len(*key) > memoryKeyMax {
+	if key != nil {
+		w.Key = strings.TrimSpace(*key)
+	}
+	if w.Key == "" || len(w.Key) > memoryKeyMax {
 		return convInvalid("key: required, 1 to " + strconv.Itoa(memoryKeyMax) + " bytes, not blank.")
 	}
 	value, cerr := f.str("value")
 	if cerr != nil {
 		return cerr
 	}
-	if value == nil || strings.TrimSpace(*value) == "" || utf8.RuneCountInString(*value) > memoryValueMax {
+	if value != nil {
+		w.Value = strings.TrimSpace(*value)
+	}
+	if w.Value == "" || utf8.RuneCountInString(w.Value) > memoryValueMax {
 		return convInvalid("value: required, 1 to " + strconv.Itoa(memoryValueMax) + " characters, not blank.")
 	}
-	w.Key, w.Value = strings.TrimSpace(*key), strings.TrimSpace(*value)
 	if s, cerr := f.str("scope"); cerr != nil {
 		return cerr
 	} else if s != nil {

@@ -24,7 +24,15 @@ var (
 	ErrMemoryNotFound = errors.New("memory not found")
 	// ErrSettled: the departed member's memory was settled the other way.
 	ErrSettled = errors.New("departed member's memory is already settled")
+	// ErrMemoryFrozen: the memory is a departed member's, frozen until an
+	// owner or admin settles it; nothing may replace or delete it before.
+	ErrMemoryFrozen = errors.New("memory is frozen until its departed author's memory is settled")
 )
+
+// memoryFrozen is true for a memory row mem that is frozen: org- or
+// vault-scope memory whose author departed and is not yet settled.
+const memoryFrozen = `(mem.scope <> 'personal' and exists (select 1 from membership_departures d
+	where d.org_id = mem.org_id and d.user_id = mem.author_id and d.memory_frozen))`
 
 // Memory is one stored memory as its reader sees it.
 type Memory struct {
@@ -103,8 +111,7 @@ func (db *DB) memoryRows(ctx context.Context, c memory.Caller, isolated, text st
 			join vault_members m on m.vault_id = v.id and m.user_id = $2 and m.can_read and not m.held
 			where v.org_id = $1)
 		select mem.id, mem.scope, mem.key, mem.value, mem.vault_id, rv.name, mem.source, mem.created_at, mem.updated_at,
-			mem.scope <> 'personal' and exists (select 1 from membership_departures d
-				where d.org_id = mem.org_id and d.user_id = mem.author_id and d.memory_frozen),
+			` + memoryFrozen + `,
 			mem.embedding,
 			case when q.q is not null and mem.search @@ q.q then ts_rank(mem.search, q.q) else 0 end,
 			coalesce(mem.vault_id = any($5::uuid[]), false)
@@ -165,7 +172,8 @@ func parseMemoryCursor(s string) (time.Time, string, bool) {
 	if !ok || err != nil || !ValidUUID(id) {
 		return time.Time{}, "", false
 	}
-	return time.UnixMicro(us), id, true
+	t, ok := CursorTime(us)
+	return t, id, ok
 }
 
 // ListMemories lists the resolved view a chat of c would recall from
@@ -235,9 +243,9 @@ func (db *DB) Candidates(ctx context.Context, c memory.Caller, text string) ([]m
 func (db *DB) acceptedMentions(ctx context.Context, c memory.Caller) ([]string, error) {
 	var ids []string
 	active := c.VaultID
-	canonUUID(&active)
+	CanonUUID(&active)
 	for _, id := range c.Mentions {
-		if canonUUID(&id) && id != active {
+		if CanonUUID(&id) && id != active {
 			ids = append(ids, id)
 		}
 	}
@@ -281,7 +289,9 @@ type MemoryWrite struct {
 	Vector                     []float32
 }
 
-// writeMemory upserts w by its key in its place.
+// writeMemory upserts w by its key in its place. A frozen memory under
+// that key is left as it is (ErrMemoryFrozen): replacing it would make the
+// writer its author and so take it out of the departed member's settlement.
 func writeMemory(ctx context.Context, tx pgx.Tx, orgID, userID string, w MemoryWrite) (string, error) {
 	var owner, vault any
 	conflict := `(org_id, key) where scope = 'org'`
@@ -298,12 +308,16 @@ func writeMemory(ctx context.Context, tx pgx.Tx, orgID, userID string, w MemoryW
 		emb = memory.Encode(nil, w.Vector)
 	}
 	var id string
-	err := tx.QueryRow(ctx, `insert into memories (org_id, scope, owner_id, vault_id, author_id, key, value, source, embedding)
+	err := tx.QueryRow(ctx, `insert into memories as mem (org_id, scope, owner_id, vault_id, author_id, key, value, source, embedding)
 		values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		on conflict `+conflict+` do update set value = excluded.value, source = excluded.source,
 			author_id = excluded.author_id, embedding = excluded.embedding,
-			updated_at = greatest(now(), memories.updated_at + interval '1 microsecond')
+			updated_at = greatest(now(), mem.updated_at + interval '1 microsecond')
+			where not `+memoryFrozen+`
 		returning id`, orgID, w.Scope, owner, vault, userID, w.Key, w.Value, w.Source, emb).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrMemoryFrozen
+	}
 	return id, err
 }
 
@@ -311,7 +325,8 @@ func writeMemory(ctx context.Context, tx pgx.Tx, orgID, userID string, w MemoryW
 // caller's own; organization memory needs an owner or admin of the
 // organization (ErrForbidden); vault memory needs can_write on a readable
 // vault (ErrVaultNotFound, ErrVaultForbidden). A key already present in
-// that place gets the new value.
+// that place gets the new value, unless that memory is frozen
+// (ErrMemoryFrozen).
 func (db *DB) WriteMemory(ctx context.Context, orgID, userID string, w MemoryWrite) (Memory, error) {
 	var out Memory
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -346,7 +361,7 @@ func (db *DB) WriteMemory(ctx context.Context, orgID, userID string, w MemoryWri
 		return err
 	})
 	if err != nil {
-		for _, s := range []error{ErrForbidden, ErrVaultNotFound, ErrVaultForbidden} {
+		for _, s := range []error{ErrForbidden, ErrVaultNotFound, ErrVaultForbidden, ErrMemoryFrozen} {
 			if errors.Is(err, s) {
 				return Memory{}, err
 			}
@@ -361,8 +376,7 @@ func readMemory(ctx context.Context, tx pgx.Tx, orgID, id string) (Memory, error
 	var created time.Time
 	err := tx.QueryRow(ctx, `select mem.id, mem.scope, mem.key, mem.value, mem.vault_id, v.name, mem.source,
 			mem.created_at, mem.updated_at,
-			mem.scope <> 'personal' and exists (select 1 from membership_departures d
-				where d.org_id = mem.org_id and d.user_id = mem.author_id and d.memory_frozen)
+			`+memoryFrozen+`
 		from memories mem left join vaults v on v.id = mem.vault_id
 		where mem.id = $1 and mem.org_id = $2`, id, orgID).
 		Scan(&m.ID, &m.Scope, &m.Key, &m.Value, &m.VaultID, &m.VaultName, &m.Source, &created, &m.updated, &m.Frozen)
@@ -373,7 +387,8 @@ func readMemory(ctx context.Context, tx pgx.Tx, orgID, id string) (Memory, error
 // DeleteMemory removes one stored memory: the caller's own personal
 // memory; organization memory as an owner or admin (ErrForbidden
 // otherwise); vault memory with can_write (ErrVaultForbidden with read
-// only). Anything the caller cannot see is ErrMemoryNotFound.
+// only). Anything the caller cannot see is ErrMemoryNotFound; a frozen
+// memory the caller could otherwise delete is ErrMemoryFrozen.
 func (db *DB) DeleteMemory(ctx context.Context, orgID, userID, id string) error {
 	if !ValidUUID(id) {
 		return ErrMemoryNotFound
@@ -381,8 +396,10 @@ func (db *DB) DeleteMemory(ctx context.Context, orgID, userID, id string) error 
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		var scope string
 		var owner, vault *string
-		err := tx.QueryRow(ctx, `select scope, owner_id, vault_id from memories where id = $1 and org_id = $2 for update`,
-			id, orgID).Scan(&scope, &owner, &vault)
+		var frozen bool
+		err := tx.QueryRow(ctx, `select scope, owner_id, vault_id, `+memoryFrozen+` from memories mem
+			where id = $1 and org_id = $2 for update`,
+			id, orgID).Scan(&scope, &owner, &vault, &frozen)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrMemoryNotFound
 		}
@@ -415,11 +432,14 @@ func (db *DB) DeleteMemory(ctx context.Context, orgID, userID, id string) error 
 				return ErrVaultForbidden
 			}
 		}
+		if frozen {
+			return ErrMemoryFrozen
+		}
 		_, err = tx.Exec(ctx, `delete from memories where id = $1`, id)
 		return err
 	})
 	if err != nil {
-		for _, s := range []error{ErrForbidden, ErrMemoryNotFound, ErrVaultForbidden} {
+		for _, s := range []error{ErrForbidden, ErrMemoryNotFound, ErrVaultForbidden, ErrMemoryFrozen} {
 			if errors.Is(err, s) {
 				return err
 			}
@@ -505,7 +525,8 @@ func (db *DB) SettleDeparted(ctx context.Context, orgID, actorID, userID, decisi
 
 // Capture implements memory.Store: facts go to the caller's vault when
 // they may write it, otherwise to their personal memory; never to the
-// organization's.
+// organization's. A fact whose key would replace a frozen memory is
+// skipped and not reported, like any fact that was not stored.
 func (db *DB) Capture(ctx context.Context, c memory.Caller, facts []memory.Fact, vectors [][]float32) ([]memory.Captured, error) {
 	var out []memory.Captured
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -524,7 +545,11 @@ func (db *DB) Capture(ctx context.Context, c memory.Caller, facts []memory.Fact,
 			if i < len(vectors) {
 				w.Vector = vectors[i]
 			}
-			if _, err := writeMemory(ctx, tx, c.OrgID, c.UserID, w); err != nil {
+			_, err := writeMemory(ctx, tx, c.OrgID, c.UserID, w)
+			if errors.Is(err, ErrMemoryFrozen) {
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			out = append(out, memory.Captured{Scope: scope, Key: f.Key, VaultID: vault})

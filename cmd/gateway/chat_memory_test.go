@@ -415,3 +415,28 @@ func TestChatMemoryCapture(t *testing.T) {
 		require.NotContains(t, ada.memoryKeys(t, ""), "never")
 	})
 }
+
+// Capture never replaces a departed member's frozen memory: the fact is
+// skipped and not reported; the other facts of the turn are stored.
+func TestChatCaptureSkipsFrozenMemory(t *testing.T) {
+	ta, _ := startMemoryApp(t, "700ms")
+	owner := convTenant(t, ta, "owner@example.com")
+	ada := signedIn(t, ta, owner.orgID, "ada@example.com", "member")
+	dan := convMember(t, ta, owner.orgID, "dan@example.com", "member")
+	v := owner.vault(t, map[string]any{"name": "Team"})["id"].(string)
+	for _, u := range []convClient{ada, dan} {
+		require.Equal(t, 201, owner.do(t, "POST", "/api/v1/vaults/"+v+"/members",
+			map[string]any{"user_id": u.userID, "can_read": true, "can_write": true}).status)
+	}
+	dan.remember(t, map[string]any{"key": "units", "value": "imperial", "scope": "vault", "vault_id": v})
+	require.Equal(t, 204, owner.do(t, "DELETE", "/api/v1/org/members/"+dan.userID, nil).status)
+
+	gw := ada.chat(t, turnBody("[[sim:facts=units:metric only|lang:british spelling]] hi", "vault_id", v))
+	capture := gw["memory_capture"].(map[string]any)
+	require.EqualValues(t, 1, capture["count"])
+	require.Equal(t, "lang", capture["memories"].([]any)[0].(map[string]any)["key"])
+	units := owner.memoryByKey(t, "units")
+	require.Equal(t, "imperial", units["value"])
+	require.Equal(t, true, units["frozen"])
+	require.Equal(t, false, owner.memoryByKey(t, "lang")["frozen"])
+}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/storage"
 )
 
 // remember writes a memory and returns its id.
@@ -203,4 +205,139 @@ func TestDepartedMemorySettlement(t *testing.T) {
 		ada.orgID).Scan(&personal, &decided))
 	require.Equal(t, 1, personal, "purge never touches personal memory")
 	require.Equal(t, 3, decided)
+}
+
+// The bounds hold for the stored text: surrounding whitespace is trimmed
+// before a key or value is measured.
+func TestMemoryBoundsAfterTrimming(t *testing.T) {
+	ta := startTestApp(t)
+	ada := convTenant(t, ta, "ada@example.com")
+	key, value := strings.Repeat("k", 128), strings.Repeat("é", 2000)
+	r := ada.do(t, "POST", "/api/v1/memories", map[string]any{"key": "  " + key + "\t", "value": "\n " + value + "  "})
+	require.Equal(t, 201, r.status, "%s", r.raw)
+	m := r.body["memory"].(map[string]any)
+	require.Equal(t, key, m["key"])
+	require.Equal(t, value, m["value"])
+	for _, body := range []map[string]any{
+		{"key": " " + key + "k ", "value": "v"},
+		{"key": "k", "value": " " + value + "é "},
+		{"key": " \t ", "value": "v"},
+		{"key": "k", "value": " \n "},
+	} {
+		requireError(t, ada.do(t, "POST", "/api/v1/memories", body), 400, "invalid_request")
+	}
+}
+
+// memoryByKey finds key in c's resolved view.
+func (c convClient) memoryByKey(t *testing.T, key string) map[string]any {
+	t.Helper()
+	r := c.do(t, "GET", "/api/v1/memories?limit=100", nil)
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	for _, m := range r.body["data"].([]any) {
+		if m.(map[string]any)["key"] == key {
+			return m.(map[string]any)
+		}
+	}
+	return nil
+}
+
+// A departed member's memory cannot be replaced or deleted before it is
+// settled: the settlement decides over exactly what they left.
+func TestFrozenMemoryIsUnchangeable(t *testing.T) {
+	ta := startTestApp(t)
+	ada := convTenant(t, ta, "ada@example.com")
+	bob := convMember(t, ta, ada.orgID, "bob@example.com", "admin")
+	cat := convMember(t, ta, ada.orgID, "cat@example.com", "member")
+	dan := convMember(t, ta, ada.orgID, "dan@example.com", "member")
+	v := ada.vault(t, map[string]any{"name": "Team"})["id"].(string)
+	for _, u := range []convClient{cat, dan} {
+		require.Equal(t, 201, ada.do(t, "POST", "/api/v1/vaults/"+v+"/members",
+			map[string]any{"user_id": u.userID, "can_read": true, "can_write": true}).status)
+	}
+	bobOrg := bob.remember(t, map[string]any{"key": "bob-org", "value": "from bob", "scope": "org"})
+	danVault := dan.remember(t, map[string]any{"key": "dep-fact", "value": "from dan", "scope": "vault", "vault_id": v})
+	require.Equal(t, 204, ada.do(t, "DELETE", "/api/v1/org/members/"+bob.userID, nil).status)
+	require.Equal(t, 204, dan.do(t, "DELETE", "/api/v1/org/memberships/"+ada.orgID, nil).status)
+
+	overwrite := map[string]any{"key": "dep-fact", "value": "from cat", "scope": "vault", "vault_id": v}
+	requireError(t, cat.do(t, "POST", "/api/v1/memories", overwrite), 409, "memory_frozen")
+	requireError(t, ada.do(t, "POST", "/api/v1/memories", map[string]any{"key": "bob-org", "value": "from ada", "scope": "org"}),
+		409, "memory_frozen")
+	requireError(t, cat.do(t, "DELETE", "/api/v1/memories/"+danVault, nil), 409, "memory_frozen")
+	requireError(t, ada.do(t, "DELETE", "/api/v1/memories/"+bobOrg, nil), 409, "memory_frozen")
+	// Authority is still checked first.
+	requireError(t, cat.do(t, "DELETE", "/api/v1/memories/"+bobOrg, nil), 403, "org_forbidden")
+	requireError(t, cat.do(t, "POST", "/api/v1/memories", map[string]any{"key": "bob-org", "value": "x", "scope": "org"}),
+		403, "org_forbidden")
+	// Other keys in the same places are written as usual.
+	cat.remember(t, map[string]any{"key": "cat-fact", "value": "x", "scope": "vault", "vault_id": v})
+	for key, value := range map[string]string{"dep-fact": "from dan", "bob-org": "from bob"} {
+		m := ada.memoryByKey(t, key)
+		require.Equal(t, value, m["value"])
+		require.Equal(t, true, m["frozen"])
+	}
+
+	// keep unfreezes: the memory is ordinary again.
+	require.Equal(t, 200, ada.do(t, "POST", "/api/v1/memories/departed/"+dan.userID, map[string]any{"decision": "keep"}).status)
+	r := cat.do(t, "POST", "/api/v1/memories", overwrite)
+	require.Equal(t, 201, r.status, "%s", r.raw)
+	require.Equal(t, danVault, r.body["memory"].(map[string]any)["id"])
+	require.Equal(t, false, r.body["memory"].(map[string]any)["frozen"])
+	require.Equal(t, 204, cat.do(t, "DELETE", "/api/v1/memories/"+danVault, nil).status)
+
+	// purge finds everything the member left.
+	r = ada.do(t, "POST", "/api/v1/memories/departed/"+bob.userID, map[string]any{"decision": "purge"})
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.EqualValues(t, 1, r.body["purged"])
+	ada.remember(t, map[string]any{"key": "bob-org", "value": "from ada", "scope": "org"})
+}
+
+// Rejoining ends the departure, whichever path inserts the membership.
+func TestRejoinEndsDeparture(t *testing.T) {
+	ta := startTestApp(t)
+	ada := convTenant(t, ta, "ada@example.com")
+	cat := convMember(t, ta, ada.orgID, "cat@example.com", "member")
+	dan := convMember(t, ta, ada.orgID, "dan@example.com", "member")
+	v := ada.vault(t, map[string]any{"name": "Team"})["id"].(string)
+	grant := func(user string) {
+		require.Equal(t, 201, ada.do(t, "POST", "/api/v1/vaults/"+v+"/members",
+			map[string]any{"user_id": user, "can_read": true, "can_write": true}).status)
+	}
+	grant(cat.userID)
+	grant(dan.userID)
+	cat.remember(t, map[string]any{"key": "cat-old", "value": "x", "scope": "vault", "vault_id": v})
+	dan.remember(t, map[string]any{"key": "dan-old", "value": "x", "scope": "vault", "vault_id": v})
+	require.Equal(t, 204, ada.do(t, "DELETE", "/api/v1/org/members/"+cat.userID, nil).status)
+	require.Equal(t, 204, ada.do(t, "DELETE", "/api/v1/org/members/"+dan.userID, nil).status)
+	require.Equal(t, true, ada.memoryByKey(t, "cat-old")["frozen"])
+
+	// Back by invitation.
+	inv := ada.do(t, "POST", "/api/v1/org/invitations", map[string]any{"user_id": cat.userID})
+	require.Equal(t, 202, inv.status, "%s", inv.raw)
+	personal := admin(t, ta.dbURL, "key", "create", "--user", cat.userID, "--org", personalOrg(t, ta, cat.userID))
+	r := call(t, ta.Addr(), "POST", "/api/v1/invitations/"+inv.body["id"].(string)+"/accept", personal["access_token"].(string), nil)
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	cat.key = admin(t, ta.dbURL, "key", "create", "--user", cat.userID, "--org", ada.orgID)["access_token"].(string)
+	grant(cat.userID)
+	cat.remember(t, map[string]any{"key": "cat-new", "value": "x", "scope": "vault", "vault_id": v})
+	require.Equal(t, false, ada.memoryByKey(t, "cat-old")["frozen"], "the old memory is theirs again")
+	require.Equal(t, false, ada.memoryByKey(t, "cat-new")["frozen"])
+	require.Equal(t, 201, cat.do(t, "POST", "/api/v1/memories",
+		map[string]any{"key": "cat-old", "value": "y", "scope": "vault", "vault_id": v}).status)
+	requireError(t, ada.do(t, "POST", "/api/v1/memories/departed/"+cat.userID, map[string]any{"decision": "purge"}),
+		404, "user_not_found")
+	require.NotNil(t, ada.memoryByKey(t, "cat-new"), "a current member's memory is never purged")
+
+	// Back by any other insert of the membership: the same.
+	_, err := ta.db.Pool.Exec(context.Background(), `insert into memberships (org_id, user_id, role) values ($1, $2, 'member')`,
+		ada.orgID, dan.userID)
+	require.NoError(t, err)
+	require.Equal(t, false, ada.memoryByKey(t, "dan-old")["frozen"])
+	_, err = ta.db.Departed(context.Background(), ada.orgID, dan.userID)
+	require.ErrorIs(t, err, storage.ErrNotFound)
+
+	// Leaving again freezes again.
+	require.Equal(t, 204, cat.do(t, "DELETE", "/api/v1/org/memberships/"+ada.orgID, nil).status)
+	require.Equal(t, true, ada.memoryByKey(t, "cat-new")["frozen"])
+	require.Equal(t, true, ada.memoryByKey(t, "cat-old")["frozen"])
 }

@@ -68,7 +68,9 @@ type Store interface {
 	Candidates(ctx context.Context, c Caller, text string) ([]Candidate, error)
 	// Capture stores facts as the caller's personal memory, or in c's
 	// vault when the caller may write it; it never writes organization
-	// memory. vectors[i] is facts[i]'s embedding or nil.
+	// memory. vectors[i] is facts[i]'s embedding or nil. It reports only
+	// what it stored: a fact whose key would replace a departed member's
+	// frozen memory is skipped.
 	Capture(ctx context.Context, c Caller, facts []Fact, vectors [][]float32) ([]Captured, error)
 	// Rules returns the rules a turn of c applies: the organization's,
 	// and inside a readable vault the vault's (after the organization's
