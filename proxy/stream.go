@@ -805,14 +805,17 @@ func (t *turn) flush(w *clientWriter) bool {
 	return true
 }
 
-// recordBeforeLast writes the stream's ledger row, and settles the stream,
+// recordBeforeLast settles the stream and then writes its ledger row,
 // before its last bytes go out: a client never holds a complete answer
 // whose row a crash could still lose (docs/ledger.md), nor one whose slot
-// is still taken. The row's status is what the client is being answered;
-// a client that leaves during this last write is counted and logged as
-// gone (499) but its row keeps that status: the answer was complete when
-// it left the gateway. Its duration runs to this moment, and a first
-// content token going out in this same write is stamped now.
+// is still taken. Settling first, as every ending does, keeps the row out
+// of a budget counter rebuilt before the settlement, which adds the
+// request's cost to such a counter itself (docs/ledger.md, "Rebuilding
+// counters"). The row's status is what the client is being answered; a
+// client that leaves during this last write is counted and logged as gone
+// (499) but its row keeps that status: the answer was complete when it
+// left the gateway. Its duration runs to this moment, and a first content
+// token going out in this same write is stamped now.
 func (t *turn) recordBeforeLast(status int, cerr *codec.Error) {
 	c := t.hcall
 	if c == nil || c.Recorded {
@@ -824,8 +827,8 @@ func (t *turn) recordBeforeLast(status int, cerr *codec.Error) {
 		t.ch.m.ttft.Update(t.ttft.Seconds())
 	}
 	t.account(&c.Usage)
-	c.Ender.Record(c, status, cerr)
 	t.settle()
+	c.Ender.Record(c, status, cerr)
 }
 
 // isTimeout reports a deadline or idle bound that passed, whatever the

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,6 +82,56 @@ func TestFiveWiresBillAlike(t *testing.T) {
 	require.True(t, rows[5].Stream)
 	require.False(t, rows[10].Billed)
 	require.Equal(t, "invalid_request", rows[10].ErrorCode)
+}
+
+// settleOrder notes, in order, a store's settlements ("settle") and the
+// ledger rows recorded ("record").
+type settleOrder struct {
+	meter.Counters
+	mu     sync.Mutex
+	events []string
+}
+
+func (o *settleOrder) note(e string) {
+	o.mu.Lock()
+	o.events = append(o.events, e)
+	o.mu.Unlock()
+}
+
+func (o *settleOrder) take() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e := o.events
+	o.events = nil
+	return e
+}
+
+func (o *settleOrder) Finish(ctx context.Context, lease meter.Lease, r *meter.Reservation, actual []int64) error {
+	o.note("settle")
+	return o.Counters.Finish(ctx, lease, r, actual)
+}
+
+func (o *settleOrder) Record(*hotpath.UsageRecord) { o.note("record") }
+
+// A request settles before its ledger row is recorded, streaming or not:
+// a budget counter rebuilt from the ledger in between (Redis lost it) then
+// lacks the request, and its settlement adds it there
+// (storage.RedisCounters); recorded first, the row could be in the
+// rebuild and the settlement would count it again.
+func TestRequestsSettleBeforeTheirRowIsRecorded(t *testing.T) {
+	o := &settleOrder{Counters: meter.NewMemoryCounters(meter.NoSeeder{})}
+	p := uncapped()
+	p.SpendCapMicros = 1_000_000 // a budget to settle
+	f := newChatFixture(t, withLimits(newLimits(t, o, testPlan(nil)), o, p))
+	for _, stream := range []string{"", `"stream":true,`} {
+		for _, path := range []string{"/api/v1/chat", "/v1/chat/completions", "/v1/messages"} {
+			r := f.post(t, path, `{"model":"mira","max_tokens":16,`+stream+`"messages":[{"role":"user","content":"hi [[sim:tokens=3]]"}]}`)
+			require.Equal(t, 200, r.status, "%s: %s", path, r.body)
+			var events []string
+			require.Eventually(t, func() bool { events = append(events, o.take()...); return len(events) == 2 }, 2*time.Second, time.Millisecond)
+			require.Equal(t, []string{"settle", "record"}, events, "%s %s", path, stream)
+		}
+	}
 }
 
 // Idempotency-Key works on both new wires as on /v1/chat/completions: the

@@ -24,6 +24,7 @@ package storage
 //	budget:<kind>:<subject>:<yyyy-mm>         month counter, expires 40 days after the month began
 //	budget:<kind>:<subject>                   lifetime counter, expires 30 days after its last reservation
 //	budget:pool_burst:<subject>               hash {<slot start s>: usage, s: 1}, expires a window and a slot after its last reservation
+//	budgetgen:<kind>:<subject>[:<yyyy-mm>]    the generation of the budget counter of the same name, expires with it
 //
 // Redis Cluster. A script may only touch keys of one hash slot. On a
 // cluster (the client's mode says so) every key carries its counter's
@@ -58,6 +59,16 @@ package storage
 // dropped, and nothing is counted twice. Within a process concurrent
 // seeders of one key share a single ledger query.
 //
+// Generations. Each seed also writes the counter's generation, a token no
+// other seed writes, in a key beside it. Admit returns the generations it
+// reserved on (meter.Reservation.Generations), and Finish settles each
+// counter by its generation: the same one still holds the reservation, so
+// it takes the difference between the actual amount and the reservation;
+// another one was rebuilt from the ledger since, never held the
+// reservation, and takes the whole actual amount; a missing one is left to
+// the ledger. A counter written before generations existed has none, and
+// its reservations carry none: they settle by the difference.
+//
 // Money is exact: counters are Redis integers, and the scripts compare
 // them as two base-1e9 limbs, since Lua numbers are doubles and a $100,000
 // cap in pico-USD is past what a double holds exactly.
@@ -69,8 +80,14 @@ package storage
 // an admission may have taken (or a release that was not answered may have
 // left) is removed by the renewer on its next round, within a third of the
 // lease TTL, rather than holding the key's slot for the whole TTL. A counter
-// rebuilt while requests it reserved for are in flight lacks them until the
-// ledger records them; settling them then never takes it below zero.
+// rebuilt while requests it reserved for are in flight lacks their
+// reservations; each gains its request's actual amount when it finishes
+// (Generations), so no cap is overshot for them. That relies on a
+// request's ledger row being written only after its settlement: the proxy
+// calls meter.Limits.FinishChat before it records the row, on every path.
+// With Redis the settlement itself runs off the request's path, a round
+// trip later; a rebuild that reads the ledger in that moment, after the row
+// reached it, counts the request twice: over, never under.
 
 import (
 	"context"
@@ -653,8 +670,8 @@ end
 `
 
 // budgetReserve is the Lua functions admitScript reserves budgets with
-// (after budgetLimbs). The n budgets'
-// counters are KEYS[k+1..k+n]; budget i's arguments are six from
+// (after budgetLimbs). The n budgets' counters are KEYS[k+1..k+n], their
+// generations KEYS[k+n+1..k+2n]; budget i's arguments are six from
 // ARGV[a+6(i-1)+1]: period ('m' month, 'l' lifetime, 'b' burst), cap
 // (negative: none), amount, TTL (ms; not used for months, whose expiry is
 // fixed when seeded), the current burst slot and the oldest burst slot in
@@ -664,7 +681,8 @@ end
 // the window, and returns their usage and {-2, i, ...} naming (0-based)
 // those missing. budgetsOver(k, a, n, used) returns the 0-based index of
 // the first budget the amounts would take over its cap, or -1.
-// budgetsAdd(k, a, n) adds the amounts.
+// budgetsAdd(k, a, n) adds the amounts, and returns the counters'
+// generations (empty for a counter that has none).
 const budgetReserve = `
 local function budgetsUsed(k, a, n)
   local need, used = {-2}, {}
@@ -703,16 +721,22 @@ local function budgetsOver(k, a, n, used)
   return -1
 end
 local function budgetsAdd(k, a, n)
+  local gens = {}
   for i = 1, n do
-    local b, key = a + (i - 1) * 6, KEYS[k + i]
+    local b, key, gen = a + (i - 1) * 6, KEYS[k + i], KEYS[k + n + i]
     local per = ARGV[b + 1]
     if per == 'b' then
       redis.call('HINCRBY', key, ARGV[b + 5], ARGV[b + 3])
     else
       redis.call('INCRBY', key, ARGV[b + 3])
     end
-    if per ~= 'm' then redis.call('PEXPIRE', key, ARGV[b + 4]) end
+    if per ~= 'm' then
+      redis.call('PEXPIRE', key, ARGV[b + 4])
+      redis.call('PEXPIRE', gen, ARGV[b + 4])
+    end
+    gens[i] = redis.call('GET', gen) or ''
   end
+  return gens
 end
 `
 
@@ -756,37 +780,47 @@ if #need > 1 then return need end
 return out
 `)
 
-// seedScript creates a missing counter from the ledger's usage, and does
-// nothing when the counter exists: a concurrent seeder got there first.
+// seedScript creates a missing counter from the ledger's usage, with its
+// new generation, and does nothing when the counter exists: a concurrent
+// seeder got there first.
 //
-// KEYS[1]: the counter. ARGV: period, TTL (ms), then the usage (month,
-// lifetime) or slot and usage pairs (burst). Returns 1 when written.
+// KEYS: the counter, its generation. ARGV: period, TTL (ms), the
+// generation, then the usage (month, lifetime) or slot and usage pairs
+// (burst). Returns 1 when written.
 var seedScript = rueidis.NewLuaScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 if ARGV[1] == 'b' then
-  redis.call('HSET', KEYS[1], 's', '1', unpack(ARGV, 3))
+  redis.call('HSET', KEYS[1], 's', '1', unpack(ARGV, 4))
 else
-  redis.call('SET', KEYS[1], ARGV[3])
+  redis.call('SET', KEYS[1], ARGV[4])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
 return 1
 `)
 
 // budgetSettle is the Lua function finishScript settles reservations with:
-// settle(k, a, n) applies each difference to
-// the counters KEYS[k+1..k+n] that still exist, never leaving one below 0.
-// A missing counter is left missing: the ledger that seeds it again will
-// hold the actual amount. Counter i's arguments are three from
-// ARGV[a+3(i-1)+1]: period, difference, burst slot.
+// settle(k, a, n) settles the counters KEYS[k+1..k+n] that still exist,
+// whose generations are KEYS[k+n+1..k+2n], never leaving one below 0. A
+// counter of the reservation's generation takes the difference; one
+// rebuilt since (another generation) never held the reservation and takes
+// the actual amount. A missing counter is left missing: the ledger that
+// seeds it again will hold the actual amount. Counter i's arguments are
+// five from ARGV[a+5(i-1)+1]: period, difference, burst slot, actual
+// amount, the reservation's generation.
 const budgetSettle = `
 local function settle(k, a, n)
   for i = 1, n do
-    local b, key = a + (i - 1) * 3, KEYS[k + i]
+    local b, key = a + (i - 1) * 5, KEYS[k + i]
     if redis.call('EXISTS', key) == 1 then
-      if ARGV[b + 1] == 'b' then
-        if redis.call('HINCRBY', key, ARGV[b + 3], ARGV[b + 2]) < 0 then redis.call('HSET', key, ARGV[b + 3], '0') end
-      elseif redis.call('INCRBY', key, ARGV[b + 2]) < 0 then
-        redis.call('SET', key, '0', 'KEEPTTL')
+      local d = ARGV[b + 2]
+      if (redis.call('GET', KEYS[k + n + i]) or '') ~= ARGV[b + 5] then d = ARGV[b + 4] end
+      if d ~= '0' then
+        if ARGV[b + 1] == 'b' then
+          if redis.call('HINCRBY', key, ARGV[b + 3], d) < 0 then redis.call('HSET', key, ARGV[b + 3], '0') end
+        elseif redis.call('INCRBY', key, d) < 0 then
+          redis.call('SET', key, '0', 'KEEPTTL')
+        end
       end
     end
   end
@@ -803,10 +837,21 @@ func periodArg(p meter.Period) string {
 	return "m"
 }
 
-// budgetKey names b's counter for the period slot (a month's start in Unix
-// seconds; ignored for other periods).
-func (c *RedisCounters) budgetKey(b *meter.Budget, slot int64) string {
-	buf := make([]byte, 0, len(c.prefix)+len("{}")+max(len(b.Tenant), len(noTenant))+len("budget:")+len("workspace_spend:")+len(b.Subject)+len(":2006-01"))
+// budgetKeys names b's counter for the period slot (a month's start in
+// Unix seconds; ignored for other periods) and the key of its generation,
+// in one allocation. A generation key differs from every counter key in
+// its kind ("budgetgen:"), whatever the subject.
+func (c *RedisCounters) budgetKeys(b *meter.Budget, slot int64) (counter, gen string) {
+	one := len(c.prefix) + len("{}") + max(len(b.Tenant), len(noTenant)) + len("budgetgen:") + len("workspace_spend:") + len(b.Subject) + len(":2006-01")
+	buf := make([]byte, 0, 2*one)
+	buf = c.appendBudgetKey(buf, "budget:", b, slot)
+	n := len(buf)
+	buf = c.appendBudgetKey(buf, "budgetgen:", b, slot)
+	s := string(buf)
+	return s[:n], s[n:]
+}
+
+func (c *RedisCounters) appendBudgetKey(buf []byte, kind string, b *meter.Budget, slot int64) []byte {
 	buf = append(buf, c.prefix...)
 	if c.tagged {
 		buf = append(buf, '{')
@@ -817,7 +862,7 @@ func (c *RedisCounters) budgetKey(b *meter.Budget, slot int64) string {
 		}
 		buf = append(buf, '}')
 	}
-	buf = append(buf, "budget:"...)
+	buf = append(buf, kind...)
 	buf = append(buf, b.Kind.String()...)
 	buf = append(buf, ':')
 	buf = append(buf, b.Subject...)
@@ -827,7 +872,7 @@ func (c *RedisCounters) budgetKey(b *meter.Budget, slot int64) string {
 		buf = strconv.AppendInt(buf, int64(y), 10)
 		buf = append(buf, '-', byte('0'+m/10), byte('0'+m%10))
 	}
-	return string(buf)
+	return buf
 }
 
 var (
@@ -846,15 +891,16 @@ func ttlArg(p meter.Period, now time.Time) string {
 	return millis(meter.MonthStart(now).Add(meter.MonthCounterKeep).Sub(now))
 }
 
-// appendBudgetArgs appends the budgets' counter keys and their arguments as
-// budgetReserve reads them, and returns the period slot each amount goes
-// to.
+// appendBudgetArgs appends the budgets' counter keys, then their
+// generations' keys, and their arguments as budgetReserve reads them, and
+// returns the period slot each amount goes to.
 func (c *RedisCounters) appendBudgetArgs(keys, args []string, now time.Time, budgets []meter.Budget, amounts []int64) ([]string, []string, [meter.MaxReservation]int64) {
 	month := meter.MonthStart(now).Unix()
 	cur := meter.BurstSlotStart(now).Unix()
 	curArg := strconv.FormatInt(cur, 10)
 	oldestArg := strconv.FormatInt(meter.BurstWindowStart(now).Unix(), 10)
 	var slots [meter.MaxReservation]int64
+	var gens [meter.MaxReservation]string
 	for i := range budgets {
 		b := &budgets[i]
 		p := b.Kind.Period()
@@ -864,18 +910,32 @@ func (c *RedisCounters) appendBudgetArgs(keys, args []string, now time.Time, bud
 		case meter.PeriodTrailing:
 			slots[i] = cur
 		}
-		keys = append(keys, c.budgetKey(b, slots[i]))
+		var key string
+		key, gens[i] = c.budgetKeys(b, slots[i])
+		keys = append(keys, key)
 		args = append(args, periodArg(p), strconv.FormatInt(b.Cap, 10), strconv.FormatInt(amounts[i], 10), ttlArg(p, now), curArg, oldestArg)
 	}
-	return keys, args, slots
+	return append(keys, gens[:len(budgets)]...), args, slots
 }
 
-// recordReservation fills r with a reservation the store made.
-func recordReservation(r *meter.Reservation, budgets []meter.Budget, amounts []int64, slots *[meter.MaxReservation]int64) {
+// recordReservation fills r with a reservation the store made on the
+// counters of generations gens.
+func recordReservation(r *meter.Reservation, budgets []meter.Budget, amounts []int64, slots *[meter.MaxReservation]int64, gens []rueidis.RedisMessage) error {
+	if len(gens) != len(budgets) {
+		return fmt.Errorf("%d generations for %d budgets", len(gens), len(budgets))
+	}
+	for i := range gens {
+		g, err := gens[i].ToString()
+		if err != nil {
+			return err
+		}
+		r.Generations[i] = g
+	}
 	r.N = len(budgets)
 	copy(r.Budgets[:], budgets)
 	copy(r.Amounts[:], amounts)
 	r.Slots = *slots
+	return nil
 }
 
 // exec runs one script call and returns its array answer, never empty.
@@ -914,7 +974,8 @@ func (c *RedisCounters) seedMissing(ctx context.Context, now time.Time, budgets 
 	return nil
 }
 
-// seed writes b's counter at key from the ledger unless it exists.
+// seed writes b's counter at key from the ledger, with a new generation,
+// unless it exists.
 func (c *RedisCounters) seed(ctx context.Context, now time.Time, b *meter.Budget, key string) error {
 	cctx, cancel := c.call(ctx)
 	n, err := c.client.Do(cctx, c.client.B().Exists().Key(key).Build()).AsInt64()
@@ -937,7 +998,9 @@ func (c *RedisCounters) seed(ctx context.Context, now time.Time, b *meter.Budget
 		return countersDown(fmt.Sprintf("seed %s budget", b.Kind), err)
 	}
 	p := b.Kind.Period()
-	args := []string{periodArg(p), ttlArg(p, now)}
+	// Unique across processes as lease ids are: no other seed of this
+	// counter, before or after, writes the same generation.
+	args := []string{periodArg(p), ttlArg(p, now), c.idPrefix + strconv.FormatUint(c.seq.Add(1), 36)}
 	if p == meter.PeriodTrailing {
 		cur := meter.BurstSlotStart(now).Unix()
 		for i, v := range vals {
@@ -956,28 +1019,36 @@ func (c *RedisCounters) seed(ctx context.Context, now time.Time, b *meter.Budget
 		}
 		args = append(args, strconv.FormatInt(sum, 10))
 	}
+	_, gen := c.budgetKeys(b, meter.MonthStart(now).Unix())
 	cctx, cancel = c.call(ctx)
 	defer cancel()
-	if err := seedScript.Exec(cctx, c.client, []string{key}, args).Error(); err != nil {
+	if err := seedScript.Exec(cctx, c.client, []string{key, gen}, args).Error(); err != nil {
 		return countersDown(fmt.Sprintf("seed %s budget", b.Kind), err)
 	}
 	return nil
 }
 
 // appendSettleArgs appends the keys of the counters settling r to actual
-// changes, each in the period slot its amount went to, and their arguments
-// as budgetSettle reads them.
+// may change, each in the period slot its amount went to, then their
+// generations' keys, and their arguments as budgetSettle reads them. An
+// amount settling unchanged still changes a counter rebuilt since it was
+// reserved; only one reserved and costing nothing changes none.
 func (c *RedisCounters) appendSettleArgs(keys, args []string, r *meter.Reservation, actual []int64) ([]string, []string) {
+	var gens [meter.MaxReservation]string
+	n := 0
 	for i := range r.N {
-		d := actual[i] - r.Amounts[i]
-		if d == 0 {
+		if actual[i] == 0 && r.Amounts[i] == 0 {
 			continue
 		}
 		b := &r.Budgets[i]
-		keys = append(keys, c.budgetKey(b, r.Slots[i]))
-		args = append(args, periodArg(b.Kind.Period()), strconv.FormatInt(d, 10), strconv.FormatInt(r.Slots[i], 10))
+		var key string
+		key, gens[n] = c.budgetKeys(b, r.Slots[i])
+		n++
+		keys = append(keys, key)
+		args = append(args, periodArg(b.Kind.Period()), strconv.FormatInt(actual[i]-r.Amounts[i], 10), strconv.FormatInt(r.Slots[i], 10),
+			strconv.FormatInt(actual[i], 10), r.Generations[i])
 	}
-	return keys, args
+	return append(keys, gens[:n]...), args
 }
 
 // Usage implements meter.Counters.
@@ -1001,7 +1072,7 @@ func (c *RedisCounters) Usage(ctx context.Context, now time.Time, budgets []mete
 	keys := make([]string, len(budgets))
 	args := make([]string, 0, 2*len(budgets))
 	for i := range budgets {
-		keys[i] = c.budgetKey(&budgets[i], month)
+		keys[i], _ = c.budgetKeys(&budgets[i], month)
 		args = append(args, periodArg(budgets[i].Kind.Period()), oldestArg)
 	}
 	for attempt := 0; ; attempt++ {
@@ -1055,18 +1126,20 @@ func budgetStates(vals []rueidis.RedisMessage, budgets []meter.Budget, now time.
 // read, checked and changed with no other call in between.
 //
 // KEYS: the windows, then the lease set (when there is a lease), then the
-// budgets' counters. ARGV: the number of windows, 1 when there is a lease
-// else 0, now (ms); three per window as windowsHit reads them; the lease's
-// limit, TTL (ms) and id; six per budget as budgetReserve reads them.
+// budgets' counters, then their generations. ARGV: the number of windows,
+// 1 when there is a lease else 0, now (ms); three per window as windowsHit
+// reads them; the lease's limit, TTL (ms) and id; six per budget as
+// budgetReserve reads them.
 //
 // Returns {-2, i, ...} (0-based budget indexes) when budget counters are
 // missing, having changed nothing; else {outcome, budget index, count1,
 // reset1, ...} with outcome 0 admitted, 1 a window is full, 2 the lease's
-// slots are all held, 3 the budget at the index would go over its cap.
+// slots are all held, 3 the budget at the index would go over its cap;
+// once admitted, the budgets' generations follow the windows.
 var admitScript = rueidis.NewLuaScript(windowsHit + leaseSlots + budgetLimbs + budgetReserve + redisNowMs + `
 local nw, nl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local bk, la = nw + nl, 3 + 3 * nw
-local ba, nb = la + 3 * nl, #KEYS - nw - nl
+local ba, nb = la + 3 * nl, (#KEYS - nw - nl) / 2
 local used, need = budgetsUsed(bk, ba, nb)
 if #need > 1 then return need end
 local out = {0, 0}
@@ -1084,19 +1157,19 @@ if over >= 0 then
   return out
 end
 if nl == 1 then leaseTake(KEYS[nw + 1], ARGV[la + 2], ARGV[la + 3], now) end
-budgetsAdd(bk, ba, nb)
+for _, g in ipairs(budgetsAdd(bk, ba, nb)) do out[#out + 1] = g end
 return out
 `)
 
 // finishScript settles a reservation and releases a lease in one script.
 //
-// KEYS: the counters whose amount changes, then the lease set (when there
-// is a lease). ARGV[1]: the lease id, empty for none; then three per
-// counter as budgetSettle reads them.
+// KEYS: the counters whose amount may change, then their generations,
+// then the lease set (when there is a lease). ARGV[1]: the lease id, empty
+// for none; then five per counter as budgetSettle reads them.
 var finishScript = rueidis.NewLuaScript(budgetSettle + `
 local nl = 0
 if ARGV[1] ~= '' then nl = 1 end
-settle(0, 1, #KEYS - nl)
+settle(0, 1, (#KEYS - nl) / 2)
 if nl == 1 then redis.call('ZREM', KEYS[#KEYS], ARGV[1]) end
 return 0
 `)
@@ -1133,7 +1206,7 @@ func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *meter.Admis
 		return meter.AdmitResult{}, err
 	}
 	nowMs := now.UnixMilli()
-	keys := make([]string, 0, nw+nl+nb)
+	keys := make([]string, 0, nw+nl+2*nb)
 	args := make([]string, 3, 3+3*nw+3*nl+6*nb)
 	args[0], args[1], args[2] = strconv.Itoa(nw), strconv.Itoa(nl), strconv.FormatInt(nowMs, 10)
 	keys, args = c.appendWindowArgs(keys, args, nowMs, a.Windows)
@@ -1174,21 +1247,25 @@ func (c *RedisCounters) Admit(ctx context.Context, now time.Time, a *meter.Admis
 			res.Lease = lease
 			c.hold(lease)
 		}
+		states, gens := vals[2:], []rueidis.RedisMessage(nil)
+		if res.Refused == meter.AdmitOK && len(states) >= 2*nw {
+			states, gens = states[:2*nw], states[2*nw:]
+		}
 		bi, err := vals[1].AsInt64()
 		if err == nil {
-			err = windowStates(vals[2:], a.Windows, a.WindowOut)
+			err = windowStates(states, a.Windows, a.WindowOut)
 		}
-		if err == nil && res.Refused == meter.AdmitBudget && (bi < 0 || int(bi) >= nb) {
+		switch {
+		case err != nil:
+		case res.Refused == meter.AdmitOK:
+			err = recordReservation(r, a.Budgets, a.Amounts, &slots, gens)
+		case res.Refused == meter.AdmitBudget && (bi < 0 || int(bi) >= nb):
 			err = fmt.Errorf("budget index %d of %d", bi, nb)
+		case res.Refused == meter.AdmitBudget:
+			res.Budget = int(bi)
 		}
 		if err != nil {
 			return meter.AdmitResult{}, countersDown("admit request", err)
-		}
-		switch res.Refused {
-		case meter.AdmitOK:
-			recordReservation(r, a.Budgets, a.Amounts, &slots)
-		case meter.AdmitBudget:
-			res.Budget = int(bi)
 		}
 		return res, nil
 	}

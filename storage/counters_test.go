@@ -141,11 +141,14 @@ func testRedisCountersKeys(t *testing.T, connect func(testing.TB) rueidis.Client
 		head += "{org_1}"
 	}
 	want := map[string]time.Duration{
-		head + "rl:key:k1:requests":              time.Minute,
-		head + "lease:cc:k1":                     meter.LeaseTTL,
-		head + "budget:key_spend:key_1:" + month: meter.MonthStart(now).Add(meter.MonthCounterKeep).Sub(now),
-		head + "budget:credits:key_2":            meter.LifetimeCounterIdle,
-		head + "budget:pool_burst:org_1":         meter.BurstWindow + meter.BurstSlot,
+		head + "rl:key:k1:requests":                 time.Minute,
+		head + "lease:cc:k1":                        meter.LeaseTTL,
+		head + "budget:key_spend:key_1:" + month:    meter.MonthStart(now).Add(meter.MonthCounterKeep).Sub(now),
+		head + "budget:credits:key_2":               meter.LifetimeCounterIdle,
+		head + "budget:pool_burst:org_1":            meter.BurstWindow + meter.BurstSlot,
+		head + "budgetgen:key_spend:key_1:" + month: meter.MonthStart(now).Add(meter.MonthCounterKeep).Sub(now),
+		head + "budgetgen:credits:key_2":            meter.LifetimeCounterIdle,
+		head + "budgetgen:pool_burst:org_1":         meter.BurstWindow + meter.BurstSlot,
 	}
 	require.ElementsMatch(t, ttlKeys(want), allKeys(t, client, prefix+"*"))
 	for k, ttl := range want {
@@ -304,7 +307,8 @@ func testRedisCountersRebuildLostCounters(t *testing.T, connect func(testing.TB)
 	require.Equal(t, []int64{1500, 1500}, []int64{usage()[0].Used, usage()[1].Used})
 	require.Equal(t, int64(2), s.calls.Load())
 
-	// Rebuilt without the reservation in flight, as after a restart.
+	// Holding less than was reserved on it (written by hand, its
+	// generation kept: a rebuild would have changed it).
 	spendKey, burstKey := rawKey(client, prefix, "budget:key_spend:key_1:2026-03"), rawKey(client, prefix, "budget:pool_burst:org_1")
 	require.NoError(t, client.Do(ctx, client.B().Set().Key(spendKey).Value("300").Build()).Error())
 	field := fmt.Sprint(meter.BurstSlotStart(now).Unix())
@@ -326,6 +330,68 @@ func testRedisCountersRebuildLostCounters(t *testing.T, connect func(testing.TB)
 		{Used: 500, ResetAt: meter.BurstSlotStart(now).Add(meter.BurstWindow).Unix()},
 	}, usage(), "lost counters come back from the ledger")
 	require.Equal(t, int64(6), s.calls.Load())
+}
+
+// A counter rebuilt while a request it reserved for was in flight never
+// held that reservation: the request's settlement counts its whole cost
+// there (its ledger row is written after it settles, so the rebuild lacks
+// it) instead of taking the reservation off what the ledger rebuilt.
+// Spend, credits, the burst pool and the request allowance (whose amount
+// settles unchanged) alike; a settlement on the counter it reserved on
+// still replaces the reservation with the cost.
+func TestRedisCountersSettleOnARebuiltCounter(t *testing.T) {
+	storetest.EachRedis(t, testRedisCountersSettleOnARebuiltCounter)
+}
+
+func testRedisCountersSettleOnARebuiltCounter(t *testing.T, connect func(testing.TB) rueidis.Client) {
+	client := connect(t)
+	prefix := storetest.Prefix()
+	ledger := &fixedSeeder{usage: 500}
+	a := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, Seeder: ledger})
+	b := storage.NewRedisCounters(storage.RedisCountersConfig{Client: connect(t), Prefix: prefix, Seeder: ledger})
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	ctx := t.Context()
+	now := time.Date(2026, 3, 10, 12, 5, 0, 0, time.UTC) // the ledger's usage lands in the current burst slot
+	budgets := []meter.Budget{
+		{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: 100_000},
+		{Kind: meter.BudgetCredits, Subject: "key_1", Cap: 100_000},
+		{Kind: meter.BudgetPoolBurst, Subject: "org_1", Cap: 100_000},
+		{Kind: meter.BudgetMiraRequests, Subject: "org_1", Cap: 100_000},
+	}
+	used := func() []int64 {
+		out := make([]meter.BudgetState, len(budgets))
+		require.NoError(t, a.Usage(ctx, now, budgets, out))
+		u := make([]int64, len(out))
+		for i := range out {
+			u[i] = out[i].Used
+		}
+		return u
+	}
+
+	var first, second meter.Reservation
+	refused, err := metertest.Reserve(ctx, a, now, budgets, []int64{1000, 1000, 1000, 1}, &first)
+	require.NoError(t, err)
+	require.Equal(t, -1, refused)
+	require.Equal(t, []int64{1500, 1500, 1500, 501}, used())
+
+	// Redis restarts and forgets the counters; meanwhile the ledger
+	// recorded another request. The next admission, on another process,
+	// rebuilds them from the ledger.
+	for _, k := range allKeys(t, client, prefix+"*") {
+		require.NoError(t, client.Do(ctx, client.B().Del().Key(k).Build()).Error())
+	}
+	ledger.usage = 700
+	refused, err = metertest.Reserve(ctx, b, now, budgets, []int64{10, 10, 10, 1}, &second)
+	require.NoError(t, err)
+	require.Equal(t, -1, refused)
+	require.Equal(t, []int64{710, 710, 710, 701}, used())
+
+	require.NoError(t, metertest.Settle(ctx, a, &first, []int64{100, 100, 100, 1}))
+	require.Equal(t, []int64{810, 810, 810, 702}, used(),
+		"the rebuilt counters hold the ledger, the reservation made on them and the whole cost of the request reserved before")
+	require.NoError(t, metertest.Settle(ctx, b, &second, []int64{5, 5, 5, 1}))
+	require.Equal(t, []int64{805, 805, 805, 702}, used(), "a reservation made on the rebuilt counters settles to its cost")
 }
 
 // Two processes seeding the same missing counter at once count the ledger

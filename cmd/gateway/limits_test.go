@@ -216,6 +216,68 @@ func TestLedgerRowsAndRebuiltCounters(t *testing.T) {
 	}
 }
 
+// TestStreamSettlesOnARebuiltSpendCounter: Redis loses a fleet's counters
+// while a stream runs on one instance, and another instance rebuilds the
+// key's spend counter from the ledger. The rebuilt counter never held the
+// stream's reservation; when the stream ends it gains the stream's whole
+// cost, so the counter again holds exactly what the ledger does.
+func TestStreamSettlesOnARebuiltSpendCounter(t *testing.T) {
+	f := startFleet(t, 2)
+	tn := newTenant(t, f.dbURL, "rebuilt@example.com", "--spend-cap-usd", "1")
+	ctx := context.Background()
+	ledger := func() (rows int, spent float64) {
+		var pico int64
+		require.NoError(t, f.apps[0].db.Pool.QueryRow(ctx,
+			`select count(*), coalesce(sum(cost_pico), 0) from request_log where key_id = $1 and billed`, tn.keyID).Scan(&rows, &pico))
+		return rows, float64(pico) / 1e12
+	}
+	spent := func(a *testApp) float64 {
+		r := a.call(t, "GET", "/api/v1/limits", tn.key, nil)
+		require.Equal(t, 200, r.status, "%s", r.raw)
+		return r.body["key_spend_cap"].(map[string]any)["spent"].(float64)
+	}
+	for range 3 {
+		r := f.call(t, "POST", "/api/v1/chat", tn.key, chatBody("Hi [[sim:tokens=3]]"))
+		require.Equal(t, 200, r.status, "%s", r.raw)
+	}
+	require.Eventually(t, func() bool { n, _ := ledger(); return n == 3 }, 5*time.Second, 20*time.Millisecond)
+
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+f.apps[0].Addr()+"/api/v1/chat", strings.NewReader(
+		`{"model":"mira","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"slow [[sim:tokens=8]] [[sim:itl_ms=100]]"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tn.key)
+	req.Header.Set("Content-Type", "application/json")
+	stream, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer stream.Body.Close()
+	require.Equal(t, http.StatusOK, stream.StatusCode)
+	body := bufio.NewReader(stream.Body)
+	_, err = body.ReadString('\n')
+	require.NoError(t, err, "the stream sent no first frame")
+	_, before := ledger()
+	require.Greater(t, spent(f.apps[1]), before, "the stream's reservation is counted")
+
+	// Redis restarts: the key's counters are gone. The other instance
+	// rebuilds them from the ledger, without the stream.
+	rc := storetest.Redis(t)
+	keys, err := rc.Do(ctx, rc.B().Keys().Pattern("gw:*"+tn.keyID+"*").Build()).AsStrSlice()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	for _, k := range keys {
+		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(k).Build()).Error())
+	}
+	require.InDelta(t, before, spent(f.apps[1]), 1e-12, "rebuilt from the ledger")
+
+	_, err = io.Copy(io.Discard, body)
+	require.NoError(t, err)
+	var rows int
+	var want float64
+	require.Eventually(t, func() bool { rows, want = ledger(); return rows == 4 }, 5*time.Second, 20*time.Millisecond)
+	require.Greater(t, want, before)
+	require.Eventually(t, func() bool { return math.Abs(spent(f.apps[1])-want) < 1e-12 }, 5*time.Second, 20*time.Millisecond,
+		"the counter holds the ledger (%v USD), not %v USD", want, spent(f.apps[1]))
+}
+
 // TestRequestWindowAcrossFleet: a key's per-minute window is one window
 // however its requests are spread: the fleet admits exactly the limit and
 // then refuses on every instance with the same headers.

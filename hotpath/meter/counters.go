@@ -51,7 +51,10 @@ type Counters interface {
 	// for r.Budgets[i]; a smaller amount gives the difference back) and
 	// gives lease back, in a single step; either may be empty. Finishing a
 	// reservation or a lease twice is harmless: the second time settles
-	// and frees nothing.
+	// and frees nothing. A counter rebuilt since Admit (Generations) never
+	// held the reserved amount: it gains the actual one. A counter lost and
+	// not rebuilt yet is left alone: its rebuild reads the request from the
+	// ledger.
 	Finish(ctx context.Context, lease Lease, r *Reservation, actual []int64) error
 }
 
@@ -239,8 +242,14 @@ type Reservation struct {
 	Amounts [MaxReservation]int64
 	// Slots is, per budget, the period slot the amount went to: the month's
 	// or burst slot's start in Unix seconds, or 0 for a lifetime budget.
-	Slots   [MaxReservation]int64
-	settled bool
+	Slots [MaxReservation]int64
+	// Generations is, per budget, which build of its counter the amount
+	// went to, for a store whose counters can be lost and rebuilt while
+	// the request runs (the Redis one; empty in process): a counter
+	// rebuilt since never held the amount, so Finish counts the actual
+	// amount there instead of the difference.
+	Generations [MaxReservation]string
+	settled     bool
 }
 
 // MarkSettled records that the reservation was settled and reports whether it
