@@ -141,6 +141,13 @@ func (s *signIn) renderError(ctx *fasthttp.RequestCtx, status int, title, msg st
 		CanSignIn: s.cfg.ApprovalProvider != "", LoginURL: approvalLoginPath})
 }
 
+// formExpired refuses a form post from another origin or without the
+// session's CSRF token.
+func (s *signIn) formExpired(ctx *fasthttp.RequestCtx) error {
+	return s.renderError(ctx, fasthttp.StatusForbidden, "Form expired",
+		"This form is no longer valid. Open the approval page again.")
+}
+
 func (s *signIn) approvalStyle(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error {
 	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
 	ctx.Response.Header.Set("Cache-Control", "public, max-age=3600")
@@ -239,6 +246,7 @@ func (s *signIn) approvalPage(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error {
 		return s.render(ctx, fasthttp.StatusBadRequest, enter)
 	}
 	if ok, wait := s.limiter.Allow("approval|"+userID, s.now()); !ok {
+		setRetryAfter(ctx, wait)
 		enter.Error = "Too many codes tried; wait " + wait.Round(time.Second).String() + " and try again."
 		return s.render(ctx, fasthttp.StatusTooManyRequests, enter)
 	}
@@ -281,7 +289,7 @@ func (s *signIn) approvalLogin(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error 
 			"No identity provider is configured for the approval page. An operator can approve the code with: gateway admin device approve.")
 	}
 	if ok, wait := s.limiter.Allow("approval_login|"+ctx.RemoteIP().String(), s.now()); !ok {
-		ctx.Response.Header.Set("Retry-After", retryAfterSeconds(wait))
+		setRetryAfter(ctx, wait)
 		return s.renderError(ctx, fasthttp.StatusTooManyRequests, "Too many sign-in attempts",
 			"Wait a minute, then try again.")
 	}
@@ -422,6 +430,11 @@ func parseApprovalForm(contentType string, body []byte) (approvalForm, string) {
 
 // approvalDecide approves or declines a device login.
 func (s *signIn) approvalDecide(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error {
+	// A post from another origin is refused before anything else: its
+	// cookie is not even looked up.
+	if !s.sameOrigin(ctx) {
+		return s.formExpired(ctx)
+	}
 	if len(ctx.PostBody()) > maxSignInBody {
 		return s.renderError(ctx, fasthttp.StatusRequestEntityTooLarge, "Form too large", "The form could not be read.")
 	}
@@ -432,9 +445,8 @@ func (s *signIn) approvalDecide(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error
 	}
 	form, problem := parseApprovalForm(string(ctx.Request.Header.ContentType()), ctx.PostBody())
 	token := csrfToken(secret)
-	if !s.sameOrigin(ctx) || subtle.ConstantTimeCompare([]byte(form.CSRF), []byte(token)) != 1 {
-		return s.renderError(ctx, fasthttp.StatusForbidden, "Form expired",
-			"This form is no longer valid. Open the approval page again.")
+	if subtle.ConstantTimeCompare([]byte(form.CSRF), []byte(token)) != 1 {
+		return s.formExpired(ctx)
 	}
 	acct, err := s.account(userID)
 	if err != nil {
@@ -445,6 +457,7 @@ func (s *signIn) approvalDecide(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error
 			Email: acct.User.Email, CSRF: token, Error: problem})
 	}
 	if ok, wait := s.limiter.Allow("approval|"+userID, s.now()); !ok {
+		setRetryAfter(ctx, wait)
 		return s.render(ctx, fasthttp.StatusTooManyRequests, pageData{View: "enter", Title: "Approve a device",
 			Email: acct.User.Email, CSRF: token,
 			Error: "Too many codes tried; wait " + wait.Round(time.Second).String() + " and try again."})
@@ -485,12 +498,14 @@ func (s *signIn) approvalDecide(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error
 
 // approvalLogout ends the page's session.
 func (s *signIn) approvalLogout(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error {
+	if !s.sameOrigin(ctx) {
+		return s.formExpired(ctx)
+	}
 	_, secret, ok := s.session(ctx)
 	if ok {
 		f, _ := signInFields(string(ctx.Request.Header.ContentType()), ctx.PostBody(), "csrf")
-		if !s.sameOrigin(ctx) || subtle.ConstantTimeCompare([]byte(f["csrf"]), []byte(csrfToken(secret))) != 1 {
-			return s.renderError(ctx, fasthttp.StatusForbidden, "Form expired",
-				"This form is no longer valid. Open the approval page again.")
+		if subtle.ConstantTimeCompare([]byte(f["csrf"]), []byte(csrfToken(secret))) != 1 {
+			return s.formExpired(ctx)
 		}
 		qctx, cancel := queryContext()
 		defer cancel()
@@ -504,7 +519,9 @@ func (s *signIn) approvalLogout(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error
 	return nil
 }
 
-func retryAfterSeconds(d time.Duration) string {
-	n := int((d + time.Second - 1) / time.Second)
-	return strconv.Itoa(max(n, 1))
+// setRetryAfter says, on a 429 of the page, when to try again: whole
+// seconds, at least 1, as every 429 of the gateway does.
+func setRetryAfter(ctx *fasthttp.RequestCtx, wait time.Duration) {
+	n := int((wait + time.Second - 1) / time.Second)
+	ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(n, 1)))
 }

@@ -181,7 +181,8 @@ type oauthTokenRequest struct {
 }
 
 // parseOAuthToken reads {code, code_verifier, state} as JSON or as a form
-// (where grant_type, when sent, must be authorization_code).
+// (where grant_type, when sent, must be authorization_code). The verifier
+// is checked only once the state is spent (oauthToken).
 func parseOAuthToken(contentType string, body []byte) (oauthTokenRequest, error) {
 	f, err := signInFields(contentType, body, "code", "code_verifier", "state", "grant_type")
 	if err != nil {
@@ -198,13 +199,21 @@ func parseOAuthToken(contentType string, body []byte) (oauthTokenRequest, error)
 		return req, oauthError(codec.CodeInvalidRequest, "code is required.")
 	case len(req.Code) > 4096:
 		return req, oauthError(codec.CodeInvalidRequest, "code is longer than any authorization code.")
-	case req.CodeVerifier == "":
-		return req, oauthError(codec.CodeInvalidRequest, "code_verifier is required.")
-	case !validVerifier(req.CodeVerifier):
-		return req, oauthError(codec.CodeInvalidRequest,
-			"code_verifier must be 43 to 128 characters of A-Z, a-z, 0-9 and -._~ (RFC 7636).")
 	}
 	return req, nil
+}
+
+// checkVerifier refuses a code_verifier that is missing or not of the form
+// RFC 7636 gives it.
+func checkVerifier(v string) error {
+	switch {
+	case v == "":
+		return oauthError(codec.CodeInvalidRequest, "code_verifier is required.")
+	case !validVerifier(v):
+		return oauthError(codec.CodeInvalidRequest,
+			"code_verifier must be 43 to 128 characters of A-Z, a-z, 0-9 and -._~ (RFC 7636).")
+	}
+	return nil
 }
 
 var (
@@ -249,8 +258,11 @@ func (s *signIn) oauthToken(ctx *fasthttp.RequestCtx, _ *hotpath.Call) error {
 	if err != nil {
 		return storageError(err, codec.ErrInternal)
 	}
-	// The state is spent whatever happens next: a wrong verifier cannot be
-	// retried against it.
+	// The state is spent whatever happens next: a malformed or wrong
+	// verifier cannot be retried against it.
+	if err := checkVerifier(req.CodeVerifier); err != nil {
+		return err
+	}
 	if subtle.ConstantTimeCompare([]byte(s256(req.CodeVerifier)), []byte(st.CodeChallenge)) != 1 {
 		return errVerifierMismatch
 	}

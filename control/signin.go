@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bytedance/sonic"
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgegw/gateway/codec"
@@ -245,12 +244,15 @@ func (a *API) registerSignIn(r Registrar) {
 // short fields.
 const maxSignInBody = 8 << 10
 
-// oauthRoute adapts a sign-in handler's errors to the OAuth-style envelope
-// these routes answer in: code is the gateway's stable code, error is the
-// OAuth error code itself (RFC 6749 section 5.2, RFC 8628 section 3.5), so
-// that standard clients work unmodified, and error_description carries the
-// text for people. Errors that are not *codec.Error are logged here with
-// the request id and answered server_error.
+// oauthRoute gives a sign-in handler what every answer of these routes
+// carries, success or not: no caching, and a bound on the body, each field
+// being short. Its errors are written by the edge in the envelope the
+// sign-in paths answer in (proxy.EnvelopeOAuth), as are the edge's own
+// refusals before the handler runs (a bad version pin, a wrong method, a
+// body over the server's limit): code is the gateway's stable code, error
+// is the OAuth error code itself (RFC 6749 section 5.2, RFC 8628 section
+// 3.5), so that standard clients work unmodified, and error_description
+// carries the text for people (codec.AsOAuth).
 func (s *signIn) oauthRoute(h func(*fasthttp.RequestCtx, *hotpath.Call) error) func(*fasthttp.RequestCtx, *hotpath.Call) error {
 	return func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		ctx.Response.Header.Set("Cache-Control", "no-store")
@@ -258,47 +260,8 @@ func (s *signIn) oauthRoute(h func(*fasthttp.RequestCtx, *hotpath.Call) error) f
 		if len(ctx.PostBody()) > maxSignInBody {
 			return oauthError(codec.CodePayloadTooLarge, "The request body is larger than a sign-in request can be.")
 		}
-		err := h(ctx, c)
-		if err == nil {
-			return nil
-		}
-		var cerr *codec.Error
-		if !errors.As(err, &cerr) {
-			s.log.Error("sign-in request failed", "request_id", c.IDString(), "route", string(ctx.Path()), "err", err)
-			return oauthError(codec.CodeInternalError, "")
-		}
-		if cerr.Detail.ErrorDescription == "" {
-			// A shared error from elsewhere: move its text to the
-			// description and put the OAuth code in error.
-			e := *cerr
-			e.Detail.ErrorDescription = cerr.Code.DefaultMessage()
-			if cerr.Message != "" && cerr.Message != oauthCode(cerr.Code) {
-				e.Detail.ErrorDescription = cerr.Message
-			}
-			e.Message = oauthCode(cerr.Code)
-			return &e
-		}
-		return cerr
+		return h(ctx, c)
 	}
-}
-
-// oauthCode is the OAuth error code that stands for a gateway code on the
-// sign-in routes.
-func oauthCode(c codec.Code) string {
-	switch c {
-	case codec.CodeAuthorizationPending, codec.CodeAccessDenied, codec.CodeExpiredToken, codec.CodeInvalidGrant,
-		codec.CodeInvalidRequest:
-		return c.String()
-	case codec.CodeRateLimited:
-		return "slow_down"
-	case codec.CodePayloadTooLarge, codec.CodeProviderNotSupported, codec.CodeRedirectURINotAllowed:
-		return "invalid_request"
-	case codec.CodeAccountRequired, codec.CodeOrgSelectionRequired, codec.CodeAccountSuspended:
-		return "access_denied"
-	case codec.CodeServiceUnavailable, codec.CodeServerShuttingDown:
-		return "temporarily_unavailable"
-	}
-	return "server_error"
 }
 
 // oauthError is an error of the sign-in routes: error carries the OAuth
@@ -307,7 +270,7 @@ func oauthError(code codec.Code, desc string) *codec.Error {
 	if desc == "" {
 		desc = code.DefaultMessage()
 	}
-	return &codec.Error{Code: code, Message: oauthCode(code), Detail: codec.Detail{ErrorDescription: desc}}
+	return &codec.Error{Code: code, Message: code.OAuthCode(), Detail: codec.Detail{ErrorDescription: desc}}
 }
 
 // rateLimited is the 429 of the sign-in routes, with Retry-After in whole
@@ -333,8 +296,11 @@ func (s *signIn) allow(ctx *fasthttp.RequestCtx, route string) error {
 
 // signInFields reads a sign-in request body: a JSON object of string
 // fields, or an application/x-www-form-urlencoded form (what OAuth clients
-// send). Only the named fields are read; a field given twice in a form is
-// refused. An empty body yields no fields.
+// send). Only the named fields are read. The JSON is read as on every other
+// route (codec.DecodeRequest): invalid UTF-8 or a raw control character in
+// any string is refused, and a key given twice counts once, the last time;
+// a parameter given twice in a form is refused (RFC 6749 section 3.1). An
+// empty body yields no fields.
 func signInFields(contentType string, body []byte, names ...string) (map[string]string, error) {
 	out := make(map[string]string, len(names))
 	if len(body) == 0 {
@@ -358,7 +324,10 @@ func signInFields(contentType string, body []byte, names ...string) (map[string]
 		return out, nil
 	}
 	var obj map[string]any
-	if err := sonic.Unmarshal(body, &obj); err != nil || obj == nil {
+	if cerr := codec.DecodeRequest(body, &obj); cerr != nil {
+		return nil, oauthError(codec.CodeInvalidRequest, cerr.Message)
+	}
+	if obj == nil {
 		return nil, oauthError(codec.CodeInvalidRequest, "The request body is not a JSON object.")
 	}
 	for _, n := range names {

@@ -135,17 +135,29 @@ func TestParseOAuthToken(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "c", req.Code)
 	for name, body := range map[string]string{
-		"no state":       `{"code":"c","code_verifier":"` + verifier + `"}`,
-		"no code":        `{"state":"s","code_verifier":"` + verifier + `"}`,
-		"no verifier":    `{"state":"s","code":"c"}`,
-		"short verifier": `{"state":"s","code":"c","code_verifier":"abc"}`,
-		"bad verifier":   `{"state":"s","code":"c","code_verifier":"` + strings.Repeat("a", 42) + `!"}`,
-		"long verifier":  `{"state":"s","code":"c","code_verifier":"` + strings.Repeat("a", 129) + `"}`,
-		"huge code":      `{"state":"s","code":"` + strings.Repeat("c", 5000) + `","code_verifier":"` + verifier + `"}`,
+		"no state":  `{"code":"c","code_verifier":"` + verifier + `"}`,
+		"no code":   `{"state":"s","code_verifier":"` + verifier + `"}`,
+		"huge code": `{"state":"s","code":"` + strings.Repeat("c", 5000) + `","code_verifier":"` + verifier + `"}`,
 	} {
 		_, err := parseOAuthToken("application/json", []byte(body))
 		var cerr *codec.Error
 		require.True(t, errors.As(err, &cerr), name)
+		require.Equal(t, codec.CodeInvalidRequest, cerr.Code, name)
+	}
+	// The verifier is read as sent and checked once the state is spent.
+	req, err = parseOAuthToken("application/json", []byte(`{"state":"s","code":"c","code_verifier":"abc"}`))
+	require.NoError(t, err)
+	require.Equal(t, "abc", req.CodeVerifier)
+	require.NoError(t, checkVerifier(verifier))
+	require.NoError(t, checkVerifier(strings.Repeat("a", 128)))
+	for name, v := range map[string]string{
+		"no verifier":    "",
+		"short verifier": "abc",
+		"bad verifier":   strings.Repeat("a", 42) + "!",
+		"long verifier":  strings.Repeat("a", 129),
+	} {
+		var cerr *codec.Error
+		require.True(t, errors.As(checkVerifier(v), &cerr), name)
 		require.Equal(t, codec.CodeInvalidRequest, cerr.Code, name)
 	}
 	_, err = parseOAuthToken("application/x-www-form-urlencoded", []byte("grant_type=refresh_token&code=c&state=s&code_verifier="+verifier))
@@ -196,10 +208,29 @@ func TestOAuthCodes(t *testing.T) {
 		codec.CodeOrgSelectionRequired: "access_denied",
 		codec.CodeServiceUnavailable:   "temporarily_unavailable",
 		codec.CodeInternalError:        "server_error",
+		// The edge's refusals before the handler runs.
+		codec.CodeUnknownVersion:               "invalid_request",
+		codec.CodeMethodNotAllowed:             "invalid_request",
+		codec.CodeNotFound:                     "invalid_request",
+		codec.CodePayloadTooLarge:              "invalid_request",
+		codec.CodeUnsupportedMediaType:         "invalid_request",
+		codec.CodeURITooLong:                   "invalid_request",
+		codec.CodeRequestHeadersTooLarge:       "invalid_request",
+		codec.CodeRequestTimeout:               "invalid_request",
+		codec.CodeTransferEncodingNotSupported: "invalid_request",
+		codec.CodeServerShuttingDown:           "temporarily_unavailable",
 	} {
-		require.Equal(t, want, oauthCode(code), code.String())
+		require.Equal(t, want, code.OAuthCode(), code.String())
 	}
-	e := rateLimited(1500*time.Millisecond, "slow")
+	shared := *codec.ErrPayloadTooLarge
+	e := codec.AsOAuth(codec.ErrPayloadTooLarge)
+	require.Equal(t, codec.Error{Code: codec.CodePayloadTooLarge, Message: "invalid_request",
+		Detail: codec.Detail{ErrorDescription: codec.CodePayloadTooLarge.DefaultMessage()}}, *e)
+	require.Equal(t, shared, *codec.ErrPayloadTooLarge, "a shared error is copied, never changed")
+	require.Same(t, errDeviceRevoked, codec.AsOAuth(errDeviceRevoked), "an OAuth error is answered as it is")
+	require.Equal(t, "The Gateway-Version header must be a date in the form YYYY-MM-DD, from 2000-01-01 on.",
+		codec.AsOAuth(codec.ErrBadVersion).Detail.ErrorDescription, "a message moves to error_description")
+	e = rateLimited(1500*time.Millisecond, "slow")
 	require.Equal(t, 2, e.Detail.RetryAfter, "Retry-After rounds up")
 	require.Equal(t, 1, rateLimited(time.Millisecond, "").Detail.RetryAfter)
 	b := codec.AppendV1Error(nil, errDeviceRevoked, []byte("rid"))

@@ -41,6 +41,8 @@ const (
 	HeaderAPIKey          = "X-Api-Key"
 	headerWWWAuthenticate = "WWW-Authenticate"
 	headerRetryAfter      = "Retry-After"
+	headerCacheControl    = "Cache-Control"
+	headerPragma          = "Pragma"
 	headerTraceparent     = "traceparent"
 	headerTracestate      = "tracestate"
 )
@@ -431,6 +433,13 @@ func writeError(resp *fasthttp.Response, wire Envelope, cerr *codec.Error, reque
 		_, st := cerr.Code.AnthropicType()
 		resp.SetStatusCode(st)
 		b.B = codec.AppendAnthropicError(b.B, cerr, requestID)
+	case EnvelopeOAuth:
+		// An OAuth client reads the OAuth code in error, and caches no
+		// answer of a token endpoint (RFC 6749 section 5.1), refusals
+		// included.
+		resp.Header.Set(headerCacheControl, "no-store")
+		resp.Header.Set(headerPragma, "no-cache")
+		b.B = codec.AppendV1Error(b.B, codec.AsOAuth(cerr), requestID)
 	default:
 		b.B = codec.AppendV1Error(b.B, cerr, requestID)
 	}

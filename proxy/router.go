@@ -23,19 +23,37 @@ const (
 	// the Anthropic-compatible routes under /v1/messages. Its routes also
 	// take the key in x-api-key.
 	EnvelopeAnthropic
+	// EnvelopeOAuth is the gateway's own envelope as the sign-in routes
+	// answer it (docs/signin.md): error is the OAuth error code, the text
+	// is in error_description, and no answer may be cached.
+	EnvelopeOAuth
 )
 
 // envelopeOf picks the envelope from the path: the Anthropic-compatible
 // family lives under /v1/messages, the OpenAI-compatible family under the
-// rest of /v1, everything else is the gateway's own.
+// rest of /v1, the sign-in routes answer OAuth clients, everything else is
+// the gateway's own.
 func envelopeOf(path string) Envelope {
 	switch {
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
 		return EnvelopeAnthropic
 	case strings.HasPrefix(path, "/v1/"):
 		return EnvelopeOpenAI
+	case isSignInPath(path):
+		return EnvelopeOAuth
 	}
 	return EnvelopeAPI
+}
+
+// isSignInPath reports the paths of device login and native OAuth, under
+// /api/v1 and /api/v2: POST /api/v1/device/code, /api/v1/device/token and
+// /api/v1/auth/oauth/*.
+func isSignInPath(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/api/v1/")
+	if !ok {
+		rest, ok = strings.CutPrefix(path, "/api/v2/")
+	}
+	return ok && (rest == "device/code" || rest == "device/token" || strings.HasPrefix(rest, "auth/oauth/"))
 }
 
 // Router is the route table of both planes behind one Edge.
@@ -61,12 +79,15 @@ func NewRouter(edge *Edge) *Router {
 		api := edge.Wrap("", hotpath.Access{Name: "unmatched"}, EnvelopeAPI, h)
 		openai := edge.Wrap("", hotpath.Access{Name: "unmatched"}, EnvelopeOpenAI, h)
 		anthropic := edge.Wrap("", hotpath.Access{Name: "unmatched"}, EnvelopeAnthropic, h)
+		oauth := edge.Wrap("", hotpath.Access{Name: "unmatched"}, EnvelopeOAuth, h)
 		return func(ctx *fasthttp.RequestCtx) {
 			switch envelopeOf(string(ctx.Path())) {
 			case EnvelopeOpenAI:
 				openai(ctx)
 			case EnvelopeAnthropic:
 				anthropic(ctx)
+			case EnvelopeOAuth:
+				oauth(ctx)
 			default:
 				api(ctx)
 			}

@@ -114,20 +114,30 @@ func (db *DB) UserByEmail(ctx context.Context, email string) (User, error) {
 }
 
 // SetUserSuspended suspends or reinstates an account. Every process's key
-// cache hears of it through the users trigger.
+// cache hears of it through the users trigger. A suspension ends the
+// account's approval-page sessions in the same transaction: reinstating the
+// account does not bring them back (docs/signin.md).
 func (db *DB) SetUserSuspended(ctx context.Context, userID string, suspended bool) error {
-	tag, err := db.Pool.Exec(ctx, `update users set suspended_at = case when $2 then coalesce(suspended_at, now()) end
-		where id = $1`, userID, suspended)
-	if pgErrCode(err) == "22P02" {
-		return ErrNotFound
-	}
-	if err != nil {
-		return fmt.Errorf("cannot update user: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `update users set suspended_at = case when $2 then coalesce(suspended_at, now()) end
+			where id = $1`, userID, suspended)
+		if pgErrCode(err) == "22P02" {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("cannot update user: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		if !suspended {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `delete from approval_sessions where user_id = $1`, userID); err != nil {
+			return fmt.Errorf("cannot end approval sessions: %w", err)
+		}
+		return nil
+	})
 }
 
 // Membership returns the organization as userID sees it, or ErrNotMember.

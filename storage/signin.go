@@ -396,7 +396,9 @@ func (db *DB) CreateApprovalSession(ctx context.Context, h [32]byte, userID stri
 
 // ApprovalSessionUser returns the user of a live approval-page session.
 // A missing or expired session, or one whose account is suspended or gone,
-// is ErrNotFound.
+// is ErrNotFound. A suspension deletes the account's sessions
+// (SetUserSuspended); the check here also covers one made in the database
+// by hand.
 func (db *DB) ApprovalSessionUser(ctx context.Context, h [32]byte) (string, error) {
 	var userID string
 	err := db.Pool.QueryRow(ctx, `select s.user_id from approval_sessions s join users u on u.id = s.user_id

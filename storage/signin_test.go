@@ -371,6 +371,39 @@ func TestApprovalSessions(t *testing.T) {
 	require.NoError(t, db.DeleteApprovalSession(ctx, other), "ending an ended session is fine")
 }
 
+// TestSuspensionEndsApprovalSessions: a suspension deletes the account's
+// sessions, so reinstating it does not bring them back; other accounts'
+// sessions and a reinstatement end nothing.
+func TestSuspensionEndsApprovalSessions(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.DB(t)
+	org, u := seed(t, db)
+	other, err := db.CreateUser(ctx, "bea@example.com", org.ID, hotpath.RoleMember)
+	require.NoError(t, err)
+	mine, theirs := randomHash(t), randomHash(t)
+	require.NoError(t, db.CreateApprovalSession(ctx, mine, u.ID, time.Minute))
+	require.NoError(t, db.CreateApprovalSession(ctx, theirs, other.ID, time.Minute))
+
+	require.NoError(t, db.SetUserSuspended(ctx, u.ID, false), "reinstating an active account")
+	got, err := db.ApprovalSessionUser(ctx, mine)
+	require.NoError(t, err)
+	require.Equal(t, u.ID, got)
+
+	require.NoError(t, db.SetUserSuspended(ctx, u.ID, true))
+	require.NoError(t, db.SetUserSuspended(ctx, u.ID, false))
+	_, err = db.ApprovalSessionUser(ctx, mine)
+	require.ErrorIs(t, err, storage.ErrNotFound, "the suspension ended the session")
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, `select count(*) from approval_sessions where user_id = $1`, u.ID).Scan(&n))
+	require.Zero(t, n)
+	got, err = db.ApprovalSessionUser(ctx, theirs)
+	require.NoError(t, err)
+	require.Equal(t, other.ID, got)
+
+	require.ErrorIs(t, db.SetUserSuspended(ctx, "00000000-0000-0000-0000-000000000000", true), storage.ErrNotFound)
+	require.ErrorIs(t, db.SetUserSuspended(ctx, "not-a-uuid", true), storage.ErrNotFound)
+}
+
 func TestSignInAccount(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.DB(t)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -340,6 +341,35 @@ func TestDeviceTokenStates(t *testing.T) {
 	require.Equal(t, 1, sa.signedInKeys(t), "only the approved login issued a key")
 }
 
+// TestSignInJSONIsReadStrictly: a sign-in body is JSON as every route reads
+// it: invalid UTF-8, a raw control character or an unknown escape anywhere
+// in it is 400 invalid_request naming the field; a key given twice counts
+// the last time.
+func TestSignInJSONIsReadStrictly(t *testing.T) {
+	sa := startSignInApp(t)
+	for name, body := range map[string]string{
+		"invalid UTF-8":         "{\"device_code\":\"abc\xff\"}",
+		"raw control character": "{\"device_code\":\"a\x01b\"}",
+		"unknown escape":        `{"device_code":"a\qb"}`,
+	} {
+		r := sa.post(t, "/api/v1/device/token", "application/json", body)
+		requireOAuthError(t, r, 400, "invalid_request", "invalid_request")
+		require.Contains(t, r.body["error_description"], "device_code", name)
+	}
+	_, challenge := pkce(t)
+	r := sa.post(t, "/api/v1/auth/oauth/start", "application/json", `{"provider":"test","code_challenge":"`+challenge+
+		`","code_challenge_method":"S256","redirect_uri":"com.example.app:/oauth2redirect","note":"`+"\xfe"+`"}`)
+	requireOAuthError(t, r, 400, "invalid_request", "invalid_request")
+	require.Contains(t, r.body["error_description"], "note", "a field the route does not read is checked too")
+
+	code := sa.deviceCode(t)["device_code"].(string)
+	requireOAuthError(t, sa.post(t, "/api/v1/device/token", "application/json",
+		`{"device_code":"not-this-one","device_code":"`+code+`"}`), 400, "authorization_pending", "authorization_pending")
+	sa.allowPoll(t)
+	requireOAuthError(t, sa.post(t, "/api/v1/device/token", "application/json",
+		`{"device_code":"`+code+`","device_code":"not-this-one"}`), 400, "invalid_grant", "invalid_grant")
+}
+
 func TestDeviceCodeIsRateLimited(t *testing.T) {
 	sa := startSignInApp(t, signInOptions{ratePerMinute: 2})
 	sa.deviceCode(t)
@@ -349,6 +379,45 @@ func TestDeviceCodeIsRateLimited(t *testing.T) {
 	require.Equal(t, "30", r.header.Get("Retry-After"), "one more start every 30 seconds")
 	r = sa.postJSON(t, "/api/v1/auth/oauth/start", map[string]any{})
 	require.Equal(t, 400, r.status, "each route has its own allowance")
+}
+
+// TestSignInEdgeRefusalsAreOAuthErrors: what the edge refuses before a
+// sign-in handler runs is answered as the handlers answer, error being an
+// OAuth code, with Cache-Control: no-store.
+func TestSignInEdgeRefusalsAreOAuthErrors(t *testing.T) {
+	sa := startSignInApp(t)
+	for _, path := range []string{"/api/v1/device/code", "/api/v2/device/token", "/api/v1/auth/oauth/start",
+		"/api/v2/auth/oauth/token"} {
+		t.Run(path, func(t *testing.T) {
+			requireOAuthError(t, sa.post(t, path, "application/json", "{}", "Gateway-Version", "2999-01-01"), 400,
+				"unknown_version", "invalid_request")
+			requireOAuthError(t, sa.post(t, path, "application/json", "{}", "Gateway-Version", "yesterday"), 400,
+				"invalid_request", "invalid_request")
+			requireOAuthError(t, sa.post(t, path, "application/json", "{}", "Content-Encoding", "gzip"), 415,
+				"unsupported_media_type", "invalid_request")
+			r := sa.call(t, "GET", path, "", nil)
+			requireOAuthError(t, r, 405, "method_not_allowed", "invalid_request")
+			require.Equal(t, "POST", r.header.Get("Allow"))
+
+			// A body over --max-body-size is refused from its
+			// Content-Length, before it is read.
+			conn, err := net.Dial("tcp", sa.Addr())
+			require.NoError(t, err)
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+				path, 2<<20)
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			require.NoError(t, err)
+			defer res.Body.Close()
+			r = resp{status: res.StatusCode, header: res.Header}
+			r.raw, err = io.ReadAll(res.Body)
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(r.raw, &r.body), "%s", r.raw)
+			requireOAuthError(t, r, 413, "payload_too_large", "invalid_request")
+		})
+	}
+	requireOAuthError(t, sa.post(t, "/api/v1/auth/oauth/refresh", "application/json", "{}"), 404,
+		"not_found", "invalid_request")
 }
 
 // pkce returns a fresh code_verifier and its S256 challenge.
@@ -490,8 +559,20 @@ func TestNativeOAuthRefusals(t *testing.T) {
 		r := sa.oauthToken(t, code, state, other)
 		requireOAuthError(t, r, 400, "invalid_grant", "invalid_grant")
 		require.Contains(t, r.body["error_description"], "code_verifier")
-		requireOAuthError(t, sa.oauthToken(t, code, state, "short"), 400, "invalid_request", "invalid_request")
 		require.Equal(t, exchanges, sa.idp.Exchanges(), "a wrong verifier never reaches the provider")
+	})
+
+	t.Run("malformed code_verifier spends the state", func(t *testing.T) {
+		exchanges := sa.idp.Exchanges()
+		code, state, verifier := sa.oauthLogin(t, "solo@example.com", "com.example.app:/oauth2redirect")
+		r := sa.oauthToken(t, code, state, "short")
+		requireOAuthError(t, r, 400, "invalid_request", "invalid_request")
+		require.Contains(t, r.body["error_description"], "code_verifier")
+		requireOAuthError(t, sa.oauthToken(t, code, state, verifier), 400, "invalid_grant", "invalid_grant")
+		code, state, verifier = sa.oauthLogin(t, "solo@example.com", "com.example.app:/oauth2redirect")
+		requireOAuthError(t, sa.oauthToken(t, code, state, ""), 400, "invalid_request", "invalid_request")
+		requireOAuthError(t, sa.oauthToken(t, code, state, verifier), 400, "invalid_grant", "invalid_grant")
+		require.Equal(t, exchanges, sa.idp.Exchanges(), "nothing reached the provider")
 	})
 
 	t.Run("code refused by the provider", func(t *testing.T) {
@@ -738,6 +819,64 @@ func TestApprovalPage(t *testing.T) {
 		require.Equal(t, 401, r.StatusCode, "the old session is gone")
 	})
 	requireNoSecretsLogged(t, sa, dc["device_code"].(string), userCode, tok.body["access_token"].(string), csrf)
+}
+
+// TestApprovalPageRateLimitsCarryRetryAfter: the page's code lookups and
+// decisions, limited per person, answer 429 with Retry-After like every
+// 429 of the gateway.
+func TestApprovalPageRateLimitsCarryRetryAfter(t *testing.T) {
+	sa := startSignInApp(t, signInOptions{ratePerMinute: 2})
+	newUser(t, sa.dbURL, "fay@example.com", "")
+	b := newBrowser(t, sa.base)
+	r, page := b.signIn(sa, "", "fay@example.com")
+	require.Equal(t, 303, r.StatusCode, page)
+	r, page = b.do("GET", "/device", nil)
+	require.Equal(t, 200, r.StatusCode, page)
+	csrf := csrfField.FindStringSubmatch(page)[1]
+	requireRetryAfter := func(r *http.Response, page string) {
+		t.Helper()
+		require.Equal(t, 429, r.StatusCode, page)
+		require.Regexp(t, `^[1-9][0-9]*$`, r.Header.Get("Retry-After"), "whole seconds, at least 1")
+	}
+	for range 2 {
+		r, _ = b.do("GET", "/device?user_code=BBBB-BBBB", nil)
+		require.Equal(t, 404, r.StatusCode)
+		require.Empty(t, r.Header.Get("Retry-After"))
+	}
+	requireRetryAfter(b.do("GET", "/device?user_code=BBBB-BBBB", nil))
+	requireRetryAfter(b.do("POST", "/device/decide", url.Values{"csrf": {csrf}, "user_code": {"BBBB-BBBB"},
+		"decision": {"deny"}}))
+}
+
+// TestApprovalPostsFromAnotherOriginAreRefusedFirst: a form posted from
+// another origin is refused before the session is looked up, with or
+// without one.
+func TestApprovalPostsFromAnotherOriginAreRefusedFirst(t *testing.T) {
+	sa := startSignInApp(t)
+	newUser(t, sa.dbURL, "gus@example.com", "")
+	evil := []string{"Origin", "https://evil.example"}
+	stranger := newBrowser(t, sa.base)
+	r, page := stranger.do("POST", "/device/decide", url.Values{"user_code": {"BBBB-BBBB"}, "decision": {"deny"}}, evil...)
+	require.Equal(t, 403, r.StatusCode, "not 401: the missing session is never looked at")
+	require.Contains(t, page, "Form expired")
+	r, _ = stranger.do("POST", "/device/logout", url.Values{}, evil...)
+	require.Equal(t, 403, r.StatusCode)
+	require.Empty(t, r.Header.Values("Set-Cookie"))
+
+	b := newBrowser(t, sa.base)
+	r, page = b.signIn(sa, "", "gus@example.com")
+	require.Equal(t, 303, r.StatusCode, page)
+	r, page = b.do("GET", "/device", nil)
+	require.Equal(t, 200, r.StatusCode, page)
+	csrf := csrfField.FindStringSubmatch(page)[1]
+	r, _ = b.do("POST", "/device/logout", url.Values{"csrf": {csrf}}, evil...)
+	require.Equal(t, 403, r.StatusCode)
+	r, page = b.do("GET", "/device", nil)
+	require.Equal(t, 200, r.StatusCode)
+	require.Contains(t, page, `name="user_code"`, "still signed in")
+	r, page = b.do("POST", "/device/decide", url.Values{"csrf": {csrf}, "user_code": {"BBBB-BBBB"},
+		"decision": {"deny"}}, "Origin", "null")
+	require.Equal(t, 403, r.StatusCode, page)
 }
 
 // TestSignedInKeyLifecycle: the holder cannot revoke it; a revoke or the end
