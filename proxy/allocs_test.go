@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"bufio"
 	"io"
 	"log/slog"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 )
 
 // maxRequestAllocs is the budget for one whole non-streaming request
@@ -153,4 +155,19 @@ func TestStreamsOnAKeptConnectionAllocateNoReadBuffer(t *testing.T) {
 	var cfg ServerConfig
 	cfg.defaults()
 	require.Less(t, perStream, float64(cfg.readBufferSize()))
+}
+
+// The checks on a request's head as it arrived (requestConfig) allocate
+// nothing, on an ordinary head and on one they act on.
+func TestHeadChecksAllocateNothing(t *testing.T) {
+	e := &Edge{}
+	for _, raw := range []string{
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\nConnection: Keep-Alive, Close\r\n\r\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+	} {
+		var h fasthttp.RequestHeader
+		require.NoError(t, h.Read(bufio.NewReader(strings.NewReader(raw))))
+		require.Zero(t, testing.AllocsPerRun(100, func() { e.requestConfig(&h) }), raw)
+	}
 }

@@ -179,6 +179,35 @@ func TestPipelinedRequestsAreAnsweredInOrder(t *testing.T) {
 	}
 }
 
+// A request pipelined behind a stream that the server cannot read is
+// answered in the envelope of its own path, and a bare-LF head there is
+// refused at once: the connection the stream hands back reads the bytes
+// kept from before the stream as the start of the next head.
+func TestARequestPipelinedBehindAStreamIsReadAsAHead(t *testing.T) {
+	f := newLifecycleFixture(t)
+	stream := lcKinds()[1]
+	for _, c := range []struct{ name, req, want string }{
+		{"two Content-Lengths", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", `{"error":{`},
+		{"bare LF", "GET /v1/models HTTP/1.1\nHost: gw\n\n", "CRLF"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rc := f.dialRaw(t)
+			_, err := io.WriteString(rc.c, rawRequest(f, "POST", "/v1/chat/completions", stream.body)+c.req)
+			require.NoError(t, err)
+			resp, body, err := rc.read(t)
+			requireKind(t, stream, resp, body, err)
+			start := time.Now()
+			resp, body, err = rc.read(t)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
+			require.Contains(t, string(body), c.want)
+			require.Less(t, time.Since(start), lcRead, "answered at once")
+			require.True(t, resp.Close)
+		})
+	}
+}
+
 // The shape of a request-smuggling attempt: the head of a second request
 // arrives with a stream's request and its body a moment later. The body is
 // the second request's body — here not JSON, so a 400 — and never parsed as
@@ -229,6 +258,102 @@ func TestAmbiguousFramingClosesTheConnection(t *testing.T) {
 	requireClosedSilently(t, rc)
 }
 
+// Framing is decided on the head as it arrived (RFC 9112 §6.1), before any
+// body is read: both Content-Length and Transfer-Encoding is 400, a
+// Transfer-Encoding other than exactly chunked is 501, on every method and
+// path, answered at once and with the connection closed, so what follows
+// on the connection — bytes a hop before this one counted in the
+// Content-Length — is never served. A chunked request alone is served.
+func TestFramingIsDecidedOnTheHeadAsReceived(t *testing.T) {
+	f := newLifecycleFixture(t)
+	key := "Authorization: Bearer " + f.key + "\r\n"
+	smuggled := "GET /api/v1/me HTTP/1.1\r\nHost: gw\r\n" + key + "\r\n"
+	cases := []struct {
+		name, head, body string
+		status           int
+		code             string
+	}{
+		{"an empty chunked body and a Content-Length", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key +
+			"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n", 400, "invalid_request"},
+		{"Transfer-Encoding first", "POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\n" + key +
+			"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "0\r\n\r\n", 400, "invalid_request"},
+		{"a chunk that never ends", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key +
+			"Content-Length: 9\r\nTransfer-Encoding: chunked\r\n", "fff\r\nabc", 400, "invalid_request"},
+		{"GET on no route", "GET /nowhere HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n",
+			"0\r\n\r\n", 400, "invalid_request"},
+		{"identity with a Content-Length", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key +
+			"Content-Length: 5\r\nTransfer-Encoding: identity\r\n", "hello", 400, "invalid_request"},
+		{"identity alone", "GET /api/v1/models HTTP/1.1\r\nHost: gw\r\n" + key + "Transfer-Encoding: IDENTITY\r\n",
+			"", 501, "transfer_encoding_not_supported"},
+		{"a folded coding", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key + "Transfer-Encoding:\r\n chunked\r\n",
+			"0\r\n\r\n", 501, "transfer_encoding_not_supported"},
+		{"two codings", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key +
+			"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n", 501, "transfer_encoding_not_supported"},
+		{"both, waiting for 100 Continue", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key +
+			"Content-Length: 5\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n", "", 400, "invalid_request"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rc := f.dialRaw(t)
+			start := time.Now()
+			_, err := io.WriteString(rc.c, c.head+"\r\n"+c.body+smuggled)
+			require.NoError(t, err)
+			resp, body, err := rc.read(t)
+			require.NoError(t, err)
+			require.Equal(t, c.status, resp.StatusCode, string(body))
+			require.Contains(t, string(body), `"code":"`+c.code+`"`)
+			require.True(t, resp.Close)
+			require.Less(t, time.Since(start), lcRead, "answered on the head, not after the read timeout")
+			requireClosedSilently(t, rc)
+		})
+	}
+
+	body := lcKinds()[0].body
+	rc := f.dialRaw(t)
+	for _, coding := range []string{"chunked", "Chunked"} {
+		_, err := fmt.Fprintf(rc.c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n%sContent-Type: application/json\r\n"+
+			"Transfer-Encoding: %s\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", key, coding, len(body), body)
+		require.NoError(t, err)
+		resp, out, err := rc.read(t)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(out))
+		require.False(t, resp.Close)
+	}
+}
+
+// Connection options are case-insensitive and a list (RFC 9110 §7.6.1):
+// close in any case, among other options, closes the connection after the
+// answer, a stream's included, as soon as it is written.
+func TestConnectionCloseIsReadInAnyCase(t *testing.T) {
+	f := newLifecycleFixture(t)
+	for _, v := range []string{"Close", "CLOSE", "keep-alive, close", "Keep-Alive ,Close", "upgrade,close"} {
+		for _, k := range lcKinds()[:2] {
+			t.Run(v+"/"+k.name, func(t *testing.T) {
+				t.Parallel()
+				rc := f.dialRaw(t)
+				rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", k.body, "Connection", v)
+				resp, body, err := rc.read(t)
+				requireKind(t, k, resp, body, err)
+				require.True(t, resp.Close)
+				start := time.Now()
+				requireClosedSilently(t, rc)
+				require.Less(t, time.Since(start), lcIdle/2, "held until the idle timeout")
+			})
+		}
+	}
+	// An HTTP/1.0 client that asks to keep its connection, then to close
+	// it, is answered with the connection closed.
+	rc := f.dialRaw(t)
+	rc.send(t, f, "HTTP/1.0", "POST", "/v1/chat/completions", lcKinds()[0].body, "Connection", "Keep-Alive, Close")
+	resp, body, err := rc.read(t)
+	requireKind(t, lcKinds()[0], resp, body, err)
+	require.True(t, resp.Close)
+	start := time.Now()
+	requireClosedSilently(t, rc)
+	require.Less(t, time.Since(start), lcIdle/2, "held until the idle timeout")
+}
+
 // Expect: 100-continue is honoured; a body the gateway would refuse is
 // refused before the client sends it.
 func TestExpectContinue(t *testing.T) {
@@ -259,6 +384,24 @@ func TestExpectContinue(t *testing.T) {
 	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, string(out))
 	require.Contains(t, string(out), `"payload_too_large"`)
 	require.True(t, resp.Close)
+}
+
+// An HTTP/1.0 request's Expect: 100-continue is ignored (RFC 9110
+// §10.1.1): no 100 Continue is sent, the body is read as it comes.
+func TestExpectContinueIsIgnoredOnHTTP10(t *testing.T) {
+	f := newLifecycleFixture(t)
+	rc := f.dialRaw(t)
+	req := rawRequest(f, "POST", "/v1/chat/completions", lcKinds()[0].body, "Expect", "100-continue")
+	req = strings.Replace(req, "HTTP/1.1", "HTTP/1.0", 1)
+	head, body, _ := strings.Cut(req, "\r\n\r\n")
+	_, err := io.WriteString(rc.c, head+"\r\n\r\n")
+	require.NoError(t, err)
+	requireSilence(t, rc, lcRead/4)
+	_, err = io.WriteString(rc.c, body)
+	require.NoError(t, err)
+	resp, out, err := rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(out))
 }
 
 // A client that half-closes after its request reads, like one that left,
@@ -381,8 +524,9 @@ func TestClientThatLeavesAWaitedAnswerIsClientClosed(t *testing.T) {
 }
 
 // Errors of the HTTP layer are answered with their own status, in the
-// envelope of the wire the path names when the path could be read, with
-// the request id and version headers, and the connection closes.
+// envelope of the wire the path names when the path could be read — even
+// when the server had to drop the request it could not read — with the
+// request id and version headers, and the connection closes.
 func TestHTTPLayerErrorsSpeakTheProductsLanguage(t *testing.T) {
 	f := newLifecycleFixture(t)
 	key := "Authorization: Bearer " + f.key + "\r\n"
@@ -391,28 +535,45 @@ func TestHTTPLayerErrorsSpeakTheProductsLanguage(t *testing.T) {
 		name, req string
 		status    int
 		code      string
-		openai    bool
+		wire      Envelope
 	}{
 		{"headers over 16 KiB on /v1", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key + "X-Long: " + long + "\r\nContent-Length: 0\r\n\r\n",
-			431, "request_headers_too_large", true},
+			431, "request_headers_too_large", EnvelopeOpenAI},
 		{"headers over 16 KiB on /api", "POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\n" + key + "X-Long: " + long + "\r\nContent-Length: 0\r\n\r\n",
-			431, "request_headers_too_large", false},
+			431, "request_headers_too_large", EnvelopeAPI},
 		{"a head over both limits", "GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Long: " + strings.Repeat(long, 2) + "\r\n\r\n",
-			431, "request_headers_too_large", false},
-		{"target over 8 KiB", "GET /v1/models?q=" + long[:9<<10] + " HTTP/1.1\r\nHost: gw\r\n\r\n", 414, "uri_too_long", true},
+			431, "request_headers_too_large", EnvelopeOpenAI},
+		{"target over 8 KiB", "GET /v1/models?q=" + long[:9<<10] + " HTTP/1.1\r\nHost: gw\r\n\r\n", 414, "uri_too_long", EnvelopeOpenAI},
 		{"bad chunk size", "POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\n" + key + "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
-			400, "invalid_request", false},
+			400, "invalid_request", EnvelopeAPI},
+		{"bad chunk size on /v1", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key + "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+			400, "invalid_request", EnvelopeOpenAI},
 		{"two Content-Lengths", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
-			400, "invalid_request", false},
+			400, "invalid_request", EnvelopeOpenAI},
 		{"unknown Transfer-Encoding", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip\r\n\r\nabcd",
-			501, "transfer_encoding_not_supported", false},
-		{"no Host", "GET /api/v1/models HTTP/1.1\r\n\r\n", 400, "invalid_request", false},
-		{"NUL in a header", "GET /api/v1/models HTTP/1.1\r\nHost: gw\r\nX-A: a\x00b\r\n\r\n", 400, "invalid_request", false},
-		{"bare LF", "GET /api/v1/models HTTP/1.1\nHost: gw\n\n", 400, "invalid_request", false},
+			501, "transfer_encoding_not_supported", EnvelopeOpenAI},
+		{"no Host", "GET /api/v1/models HTTP/1.1\r\n\r\n", 400, "invalid_request", EnvelopeAPI},
+		{"no Host on /v1", "GET /v1/models HTTP/1.1\r\n\r\n", 400, "invalid_request", EnvelopeOpenAI},
+		{"NUL in a header", "GET /api/v1/models HTTP/1.1\r\nHost: gw\r\nX-A: a\x00b\r\n\r\n", 400, "invalid_request", EnvelopeAPI},
+		{"NUL in a header on /v1/messages", "POST /v1/messages HTTP/1.1\r\nHost: gw\r\nX-A: a\x00b\r\nContent-Length: 0\r\n\r\n",
+			400, "invalid_request", EnvelopeAnthropic},
+		{"a space in a field name", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key + "X A: b\r\nContent-Length: 0\r\n\r\n",
+			400, "invalid_request", EnvelopeOpenAI},
+		{"a spaced Content-Length", "POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\n" + key + "Content Length: 60\r\n\r\n",
+			400, "invalid_request", EnvelopeAPI},
+		{"bare LF", "GET /api/v1/models HTTP/1.1\nHost: gw\n\n", 400, "invalid_request", EnvelopeAPI},
+		{"bare LF on /v1", "GET /v1/models HTTP/1.1\nHost: gw\n\n", 400, "invalid_request", EnvelopeOpenAI},
 		{"body over the limit", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + key + "Content-Length: 100000\r\n\r\n" + strings.Repeat("x", 100000),
-			413, "payload_too_large", true},
-		{"OPTIONS on /v1", "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n", 405, "method_not_allowed", true},
-		{"OPTIONS on /api", "OPTIONS /api/v1/chat HTTP/1.1\r\nHost: gw\r\n\r\n", 405, "method_not_allowed", false},
+			413, "payload_too_large", EnvelopeOpenAI},
+		{"chunked body over the limit on /v1/messages", "POST /v1/messages HTTP/1.1\r\nHost: gw\r\n" + key + "Transfer-Encoding: chunked\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", 100000, strings.Repeat("x", 100000)), 413, "payload_too_large", EnvelopeAnthropic},
+		{"a head that stops on /v1", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Slow: a", 408, "request_timeout", EnvelopeOpenAI},
+		{"a body that stops on /v1/messages", "POST /v1/messages HTTP/1.1\r\nHost: gw\r\n" + key + "Content-Length: 100\r\n\r\n{\"model\"",
+			408, "request_timeout", EnvelopeAnthropic},
+		{"a request line that stops", "POST /v1/chat/compl", 408, "request_timeout", EnvelopeAPI},
+		{"not HTTP", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400, "invalid_request", EnvelopeAPI},
+		{"OPTIONS on /v1", "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n", 405, "method_not_allowed", EnvelopeOpenAI},
+		{"OPTIONS on /api", "OPTIONS /api/v1/chat HTTP/1.1\r\nHost: gw\r\n\r\n", 405, "method_not_allowed", EnvelopeAPI},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -426,11 +587,14 @@ func TestHTTPLayerErrorsSpeakTheProductsLanguage(t *testing.T) {
 			require.NotEmpty(t, resp.Header.Get(headerRequestID))
 			require.NotEmpty(t, resp.Header.Get(HeaderVersion))
 			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
-			if c.openai {
-				require.Contains(t, string(body), `{"error":{`)
+			switch c.wire {
+			case EnvelopeOpenAI:
+				require.True(t, strings.HasPrefix(string(body), `{"error":{`), string(body))
 				require.Contains(t, string(body), `"code":"`+c.code+`"`)
-			} else {
-				require.Contains(t, string(body), `"code":"`+c.code+`"`)
+			case EnvelopeAnthropic:
+				require.True(t, strings.HasPrefix(string(body), `{"type":"error","error":{"type":"`), string(body))
+			default:
+				require.True(t, strings.HasPrefix(string(body), `{"code":"`+c.code+`"`), string(body))
 				require.Contains(t, string(body), `"request_id":"`)
 			}
 			if c.status == 405 {
@@ -442,10 +606,17 @@ func TestHTTPLayerErrorsSpeakTheProductsLanguage(t *testing.T) {
 		})
 	}
 	// A header block under the limit — a long token, many headers — is
-	// served.
+	// served, and so are fields with spaces in their values, with or
+	// without one after the colon.
 	rc := f.dialRaw(t)
-	rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", lcKinds()[0].body, "X-Long", long[:12<<10])
+	rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", lcKinds()[0].body, "X-Long", long[:12<<10], "X-Spaced", "a b  c")
 	resp, body, err := rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	req := rawRequest(f, "POST", "/v1/chat/completions", lcKinds()[0].body, "X-Tight", "a b")
+	_, err = io.WriteString(rc.c, strings.Replace(req, "X-Tight: a b", "X-Tight:a b", 1))
+	require.NoError(t, err)
+	resp, body, err = rc.read(t)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 }
@@ -508,6 +679,33 @@ func TestBareLFIsRefusedAtOnce(t *testing.T) {
 	resp, body, err = rc.read(t)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+}
+
+// On the sign-in paths the HTTP layer's refusals come in their OAuth-style
+// envelope, the OAuth code in error, and are not cached (docs/signin.md).
+func TestHTTPLayerErrorsOnSignInPathsAreOAuthErrors(t *testing.T) {
+	f := newLifecycleFixture(t)
+	for _, c := range []struct {
+		req    string
+		status int
+		code   string
+	}{
+		{"POST /api/v1/auth/oauth/token?q=" + strings.Repeat("a", 9<<10) + " HTTP/1.1\r\nHost: gw\r\n\r\n", 414, "uri_too_long"},
+		{"POST /api/v2/device/token HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+			400, "invalid_request"},
+		{"POST /api/v1/device/code HTTP/1.1\r\nHost: gw\r\nContent-Length: 10000000\r\nExpect: 100-continue\r\n\r\n",
+			413, "payload_too_large"},
+	} {
+		rc := f.dialRaw(t)
+		_, err := io.WriteString(rc.c, c.req)
+		require.NoError(t, err)
+		resp, body, err := rc.read(t)
+		require.NoError(t, err)
+		require.Equal(t, c.status, resp.StatusCode, string(body))
+		require.Contains(t, string(body), `"code":"`+c.code+`","error":"invalid_request"`)
+		require.Contains(t, string(body), `"error_description":"`)
+		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+	}
 }
 
 // The HTTP-layer errors say what was wrong: a broken chunk is not called a

@@ -11,13 +11,14 @@ import (
 )
 
 // KeepAccepting wraps a listener so that every connection it accepts
-// refuses request heads with bare-LF line ends at once (see edgeConn), and
-// so that running out of file descriptors
-// (or kernel memory) pauses accepting instead of ending it: fasthttp's Serve
-// returns on any accept error that is not a timeout, which would leave a
-// process that is merely overloaded serving nothing for good. The pause
-// doubles from 5 ms up to one second while the condition lasts; the first
-// failure of each episode is logged and every one counted in Retries.
+// refuses request heads with bare-LF line ends at once and keeps each
+// request line's start (see edgeConn), and so that running out of file
+// descriptors (or kernel memory) pauses accepting instead of ending it:
+// fasthttp's Serve returns on any accept error that is not a timeout, which
+// would leave a process that is merely overloaded serving nothing for
+// good. The pause doubles from 5 ms up to one second while the condition
+// lasts; the first failure of each episode is logged and every one counted
+// in Retries.
 func KeepAccepting(ln net.Listener, log *slog.Logger) *AcceptRetrier {
 	return &AcceptRetrier{Listener: ln, log: log}
 }
@@ -37,7 +38,7 @@ func (l *AcceptRetrier) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			return &edgeConn{Conn: c, head: true}, nil
+			return &edgeConn{Conn: c, head: true, inLine: true}, nil
 		}
 		if !exhausted(err) {
 			return c, err
@@ -66,13 +67,25 @@ var errBareLF = errors.New("a request line or header field ends with a bare LF")
 // with CRLF: the server's parser finds no end to a head whose lines end
 // with a bare LF and would wait out the read timeout; this refuses it at
 // once (400). The check costs one IndexByte per header line.
+//
+// It also keeps the start of the head's request line, as it arrives: the
+// server drops a request it could not read before it answers, and the
+// answer still speaks the wire the path names (requestTarget). That costs
+// a copy of the line's bytes.
 type edgeConn struct {
 	net.Conn
 	head     bool // reading a request head
 	prevCR   bool // the last byte read was CR
 	lineSeen bool // the current line has bytes besides CR
 	started  bool // a byte arrived since the last response
+	inLine   bool // reading the head's request line
+	lineLen  int  // bytes kept in line
+	line     [requestLineKept]byte
 }
+
+// requestLineKept is how much of a request line a connection keeps: the
+// method and a path far longer than any the envelope depends on.
+const requestLineKept = 128
 
 func (c *edgeConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
@@ -94,6 +107,9 @@ func (c *edgeConn) requestStarted() bool { return c.started }
 func (c *edgeConn) scan(b []byte) bool {
 	for len(b) > 0 && c.head {
 		i := bytes.IndexByte(b, '\n')
+		if c.inLine {
+			c.keepLine(b, i)
+		}
 		if i < 0 {
 			c.prevCR = b[len(b)-1] == '\r'
 			c.lineSeen = c.lineSeen || len(b) > 1 || !c.prevCR
@@ -116,11 +132,48 @@ func (c *edgeConn) scan(b []byte) bool {
 	return true
 }
 
+// keepLine keeps what fits of the request line's bytes in b, which end at
+// i when the line does (i < 0: it goes on).
+func (c *edgeConn) keepLine(b []byte, i int) {
+	if i >= 0 {
+		b, c.inLine = b[:i], false
+	}
+	c.lineLen += copy(c.line[c.lineLen:], b)
+}
+
+// requestTarget returns the target of the request line being read, or nil
+// until it has arrived whole (a target longer than the bytes kept is given
+// by its start). A line that does not begin with a method is not a
+// request's.
+func (c *edgeConn) requestTarget() []byte {
+	method, rest, ok := bytes.Cut(c.line[:c.lineLen], []byte{' '})
+	if !ok || !isMethod(method) {
+		return nil
+	}
+	target, _, ok := bytes.Cut(rest, []byte{' '})
+	if !ok && c.inLine && c.lineLen < len(c.line) {
+		return nil // the target may go on
+	}
+	return bytes.TrimSuffix(target, []byte{'\r'})
+}
+
+// isMethod reports a method name of capital letters, as every method the
+// gateway serves is.
+func isMethod(b []byte) bool {
+	for _, ch := range b {
+		if ch < 'A' || ch > 'Z' {
+			return false
+		}
+	}
+	return len(b) > 0
+}
+
 // Write marks the start of the next request's head once a final response
 // goes out (not an interim 100 Continue, after which the body comes).
 func (c *edgeConn) Write(p []byte) (int, error) {
 	if !bytes.HasPrefix(p, interim) {
 		c.head, c.prevCR, c.lineSeen, c.started = true, false, false, false
+		c.inLine, c.lineLen = true, 0
 	}
 	return c.Conn.Write(p)
 }

@@ -90,7 +90,8 @@ func (c *ServerConfig) readBufferSize() int {
 // The read buffer holds the longest request line and header block the
 // limits allow, so a request within them is always read whole and the
 // edge, which knows the path, answers one beyond them; only a head longer
-// than both limits together is refused before its path can be read.
+// than both limits together is refused by the server, in the envelope of
+// the path its connection kept (requestWire).
 //
 // Connections are served by two fasthttp servers of the same
 // configuration. The listener's connections keep their buffers while idle,
@@ -136,13 +137,11 @@ func newHTTPServer(cfg ServerConfig, e *Edge, h fasthttp.RequestHandler) *fastht
 		Logger:                cfg.Logger,
 		ErrorHandler:          e.ParseError,
 		ExpectHandler:         e.expect,
+		HeaderReceived:        e.requestConfig,
 		// A multipart body is read as bytes like any other: fasthttp
 		// would otherwise spool its files to disk before the route (and
 		// its key check) runs.
 		DisablePreParseMultipartForm: true,
-	}
-	if len(cfg.LargeBodies) > 0 {
-		s.HeaderReceived = e.requestConfig
 	}
 	return s
 }
@@ -230,13 +229,15 @@ var (
 	errBadContentLen   = codec.NewError(codec.CodeInvalidRequest, "The request's Content-Length is not a number.")
 	errMalformedHTTP   = codec.NewError(codec.CodeInvalidRequest,
 		"The request is not valid HTTP/1.1: a malformed request line or header field.")
-	errBareLine = codec.NewError(codec.CodeInvalidRequest, "The request's lines must end with CRLF.")
+	errBareLine   = codec.NewError(codec.CodeInvalidRequest, "The request's lines must end with CRLF.")
+	errSpacedName = codec.NewError(codec.CodeInvalidRequest, "A header field name has a space in it.")
 )
 
 // guard applies the checks of the HTTP layer that the parser leaves to the
 // server, before the route: the target's and header block's lengths, and
-// the framing RFC 9112 §6.1 says to refuse. Each costs a length compare on
-// an ordinary request; the header scan runs only on chunked requests.
+// the head requestConfig refused. Each costs a compare on an ordinary
+// request; the head is read again only on a request that closes its
+// connection.
 func (e *Edge) guard(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		h := &ctx.Request.Header
@@ -252,13 +253,13 @@ func (e *Edge) guard(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 			cerr = errURITooLong
 		case len(h.RawHeaders()) > e.maxHeaderBytes:
 			cerr = errHeadersTooLarge
-		case h.ContentLength() == -1 && hasField(h.RawHeaders(), "content-length"):
-			// Both framings: a hop before this one may have read the
-			// other, so what follows on the connection is not trusted.
-			cerr = errAmbiguousLength
+		case h.ConnectionClose():
+			// requestConfig closes the connection of every head it
+			// refuses.
+			cerr, _ = checkHead(h.RawHeaders())
 		}
 		if cerr != nil {
-			e.refuse(ctx, cerr, true)
+			e.refuse(ctx, envelopeOf(string(ctx.Path())), cerr, true)
 			return
 		}
 		next(ctx)
@@ -286,23 +287,53 @@ func (e *Edge) Drain() { e.drain.CompareAndSwap(drainServing, drainDraining) }
 // and never starts. Requests and streams already running finish.
 func (e *Edge) StopServing() { e.drain.Store(drainClosing) }
 
-// expect answers a request that waits for 100 Continue: one whose body
-// would be refused is refused before the client sends it.
+// expect answers a request that waits for 100 Continue: one whose head or
+// body would be refused is refused before the client sends the body. An
+// HTTP/1.0 request's Expect is dropped before (requestConfig).
 func (e *Edge) expect(ctx *fasthttp.RequestCtx) int {
+	h := &ctx.Request.Header
+	var cerr *codec.Error
+	if h.ConnectionClose() {
+		cerr, _ = checkHead(h.RawHeaders())
+	}
 	limit := e.maxBodySize
-	if lb := e.largeBody(&ctx.Request.Header); lb != nil {
+	if lb := e.largeBody(h); lb != nil {
 		limit = lb.MaxBodySize
 	}
-	if ctx.Request.Header.ContentLength() > limit {
-		e.refuse(ctx, codec.ErrPayloadTooLarge, true)
-		return fasthttp.StatusRequestEntityTooLarge
+	if cerr == nil && h.ContentLength() > limit {
+		cerr = codec.ErrPayloadTooLarge
+	}
+	if cerr != nil {
+		e.refuse(ctx, envelopeOf(string(ctx.Path())), cerr, true)
+		return ctx.Response.StatusCode()
 	}
 	return fasthttp.StatusContinue
 }
 
-// hasField reports whether the raw header block has a field named name
-// (lower case).
-func hasField(raw []byte, name string) bool {
+// The field names and values checkHead reads.
+var (
+	fieldTransferEncoding = []byte("transfer-encoding")
+	fieldContentLength    = []byte("content-length")
+	fieldConnection       = []byte("connection")
+	codingChunked         = []byte("chunked")
+	optionClose           = []byte("close")
+)
+
+// checkHead reads a request's header block as it arrived, for what the
+// parser lets through or forgets: a Transfer-Encoding beside a
+// Content-Length (RFC 9112 §6.1: a hop before this one may have framed the
+// request the other way; fasthttp frames it by the chunks and, once an
+// empty chunked body is read, keeps neither field), a Transfer-Encoding
+// other than chunked (fasthttp ignores identity, and joins a folded
+// value), a space inside a field name (a name is a token, RFC 9110 §5.1),
+// and close among the Connection options in any case (RFC 9110 §7.6.1;
+// fasthttp reads only the value "close"). cerr refuses the head; close
+// says the connection ends after the answer. It costs two IndexByte calls
+// per line (its end, its first space), and a third on a line whose first
+// space does not follow its colon.
+func checkHead(raw []byte) (cerr *codec.Error, close bool) {
+	var te, cl bool
+	var coding []byte
 	for len(raw) > 0 {
 		line := raw
 		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
@@ -310,21 +341,73 @@ func hasField(raw []byte, name string) bool {
 		} else {
 			raw = nil
 		}
-		k, _, ok := bytes.Cut(line, []byte{':'})
-		if ok && len(k) == len(name) && bytes.EqualFold(k, []byte(name)) {
+		if len(line) == 0 || line[0] == ' ' || line[0] == '\t' {
+			continue // a folded line goes on with the field above it
+		}
+		if sp := bytes.IndexByte(line, ' '); sp > 0 && line[sp-1] != ':' && bytes.IndexByte(line[:sp], ':') < 0 {
+			return errSpacedName, true
+		}
+		switch line[0] | 0x20 {
+		case 't':
+			if v, ok := fieldValue(line, fieldTransferEncoding); ok {
+				te, coding = true, v
+			}
+		case 'c':
+			if _, ok := fieldValue(line, fieldContentLength); ok {
+				cl = true
+			} else if v, ok := fieldValue(line, fieldConnection); ok && hasOption(v, optionClose) {
+				close = true
+			}
+		}
+	}
+	switch {
+	case te && cl:
+		return errAmbiguousLength, true
+	case te && !bytes.EqualFold(coding, codingChunked):
+		return errTransferCoding, true
+	}
+	return nil, close
+}
+
+// fieldValue returns the value of the header line when the line is the
+// field name's (in any case), without the whitespace around it.
+func fieldValue(line, name []byte) ([]byte, bool) {
+	if len(line) <= len(name) || line[len(name)] != ':' || !bytes.EqualFold(line[:len(name)], name) {
+		return nil, false
+	}
+	return trimOWS(line[len(name)+1:]), true
+}
+
+// hasOption reports whether the comma-separated list names opt, in any
+// case.
+func hasOption(list, opt []byte) bool {
+	for len(list) > 0 {
+		var o []byte
+		o, list, _ = bytes.Cut(list, []byte{','})
+		if bytes.EqualFold(trimOWS(o), opt) {
 			return true
 		}
 	}
 	return false
 }
 
+// trimOWS trims spaces, tabs and a line's CR from both ends of b.
+func trimOWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
 // refuse answers cerr as the edge answers any error: the envelope of the
 // path's wire, a fresh request id and the version; close ends the
 // connection after it.
-func (e *Edge) refuse(ctx *fasthttp.RequestCtx, cerr *codec.Error, close bool) {
+func (e *Edge) refuse(ctx *fasthttp.RequestCtx, wire Envelope, cerr *codec.Error, close bool) {
 	var id [36]byte
 	rid := hotpath.AppendRequestID(id[:0], time.Now())
-	wire := envelopeOf(string(ctx.Path()))
 	setRequestID(&ctx.Response.Header, wire, rid)
 	var v [10]byte
 	ctx.Response.Header.SetBytesV(HeaderVersion, codec.CurrentVersion.AppendTo(v[:0]))
@@ -337,11 +420,12 @@ func (e *Edge) refuse(ctx *fasthttp.RequestCtx, cerr *codec.Error, close bool) {
 
 // ParseError answers a request the server could not read, as
 // fasthttp.Server.ErrorHandler: in the envelope of the path's wire when the
-// path was read, with the status the failure calls for, and the
-// connection closes. A connection on which nothing of a request arrived,
-// or whose client left mid-request, is closed without a word: there is no
-// one to answer, and bytes written to an idle connection would be read as
-// the answer to the client's next request.
+// path was read (the server has dropped the request by now: the path is
+// the one the connection kept, requestWire), with the status the failure
+// calls for, and the connection closes. A connection on which nothing of a
+// request arrived, or whose client left mid-request, is closed without a
+// word: there is no one to answer, and bytes written to an idle connection
+// would be read as the answer to the client's next request.
 func (e *Edge) ParseError(ctx *fasthttp.RequestCtx, err error) {
 	cerr, quiet := classifyReadError(ctx, err)
 	if quiet {
@@ -351,7 +435,27 @@ func (e *Edge) ParseError(ctx *fasthttp.RequestCtx, err error) {
 		_ = ctx.Conn().Close()
 		return
 	}
-	e.refuse(ctx, cerr, true)
+	e.refuse(ctx, requestWire(ctx.Conn()), cerr, true)
+}
+
+// requestWire is the wire of the path in the request line c has read of
+// the request being read: the gateway's own when no path arrived whole.
+// The target is read as the route would have read it.
+func requestWire(c net.Conn) Envelope {
+	rt, ok := c.(interface{ requestTarget() []byte })
+	if !ok {
+		return EnvelopeAPI
+	}
+	target := rt.requestTarget()
+	if len(target) == 0 {
+		return EnvelopeAPI
+	}
+	u := fasthttp.AcquireURI()
+	defer fasthttp.ReleaseURI(u)
+	if u.Parse(nil, target) != nil {
+		return EnvelopeAPI
+	}
+	return envelopeOf(string(u.Path()))
 }
 
 // classifyReadError maps a read failure to its answer; quiet means nothing
@@ -378,7 +482,8 @@ func classifyReadError(ctx *fasthttp.RequestCtx, err error) (cerr *codec.Error, 
 		return codec.ErrClientClosedRequest, true
 	case errors.Is(err, fasthttp.ErrDuplicateContentLength):
 		return errDuplicateLength, false
-	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding), strings.Contains(msg, "unsupported transfer-encoding"):
+	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding), strings.Contains(msg, "unsupported transfer-encoding"),
+		strings.Contains(msg, "too many transfer-encoding"):
 		return errTransferCoding, false
 	case strings.Contains(msg, "host header"):
 		return errHostRequired, false
@@ -427,6 +532,12 @@ func (c *keptConn) Read(p []byte) (int, error) {
 		n := copy(p, c.ahead)
 		c.ahead = c.ahead[n:]
 		c.started = true
+		// The bytes read ahead begin the next request's head: the
+		// socket's checks, and its record of the request line, see them
+		// first.
+		if ec, ok := c.Conn.(*edgeConn); ok && !ec.scan(p[:n]) {
+			return 0, errBareLF
+		}
 		return n, nil
 	}
 	n, err := c.Conn.Read(p)
@@ -448,6 +559,15 @@ func (c *keptConn) SetDeadline(t time.Time) error {
 }
 
 func (c *keptConn) requestStarted() bool { return c.started }
+
+// requestTarget is the socket's (edgeConn), which the bytes read ahead
+// pass through.
+func (c *keptConn) requestTarget() []byte {
+	if rt, ok := c.Conn.(interface{ requestTarget() []byte }); ok {
+		return rt.requestTarget()
+	}
+	return nil
+}
 
 // deadline is the read deadline in force for t: the idle bound while the
 // next request has not begun.
@@ -506,9 +626,24 @@ func (e *Edge) largeBody(h *fasthttp.RequestHeader) *LargeBody {
 	return nil
 }
 
-// requestConfig gives a large-body route its own bound and read timeout
-// as soon as its header is read, before the body is.
+// requestConfig runs as soon as a request's head is read, before its
+// body. It holds the head to the rules checkHead reads: a head they refuse
+// has no body read — nothing after it on the connection is trusted — and
+// its connection closes, which has the guard (or expect) refuse it; a
+// Connection that names close closes it too. It ignores an HTTP/1.0
+// request's Expect (RFC 9110 §10.1.1: the server would send it 100
+// Continue), and gives a large-body route its own bound and read timeout.
 func (e *Edge) requestConfig(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	cerr, close := checkHead(h.RawHeaders())
+	if cerr != nil {
+		h.SetContentLength(0)
+	}
+	if close && !h.ConnectionClose() {
+		h.SetConnectionClose()
+	}
+	if !h.IsHTTP11() && len(h.Peek(fasthttp.HeaderExpect)) > 0 {
+		h.Del(fasthttp.HeaderExpect)
+	}
 	if lb := e.largeBody(h); lb != nil {
 		return fasthttp.RequestConfig{MaxRequestBodySize: lb.MaxBodySize, ReadTimeout: lb.ReadTimeout}
 	}
