@@ -71,9 +71,12 @@ func decodeConvListCursor(s string, filters uint64) (convListCursor, *codec.Erro
 	if n <= 0 {
 		return convListCursor{}, errConvCursor
 	}
-	c.updatedAt = time.UnixMicro(micros).UTC()
+	var ok bool
+	if c.updatedAt, ok = storage.CursorTime(micros); !ok {
+		return convListCursor{}, errConvCursor
+	}
 	c.id = string(b[10+n:])
-	if !storage.ValidUUID(c.id) {
+	if !storage.CanonUUID(&c.id) {
 		return convListCursor{}, errConvCursor
 	}
 	if c.filters != filters {
@@ -113,7 +116,7 @@ func decodeConvMessageCursor(s string, desc bool) (convMessageCursor, *codec.Err
 	}
 	c.after = int(after)
 	c.leaf = string(b[3+n:])
-	if !storage.ValidUUID(c.leaf) {
+	if !storage.CanonUUID(&c.leaf) {
 		return convMessageCursor{}, errConvMessageCursor
 	}
 	if c.desc != desc {

@@ -201,8 +201,14 @@ func toConvMessageJSON(m *storage.Message) convMessageJSON {
 	return out
 }
 
+// convID is the conversation id of the path. Like it, every id these
+// routes take (path, query or body) is canonicalized where it is parsed
+// (storage.CanonUUID): ids are compared, hashed and echoed in Go, and
+// PostgreSQL's lower case is the one spelling those agree on. A malformed
+// id is left as sent, for storage to answer as a missing one.
 func convID(ctx *fasthttp.RequestCtx) string {
 	id, _ := ctx.UserValue("id").(string)
+	storage.CanonUUID(&id)
 	return id
 }
 
@@ -250,6 +256,7 @@ func (a *API) listConversations(ctx *fasthttp.RequestCtx, c *hotpath.Call) error
 	}
 	if raw := convQueryArg(ctx, "vault_id"); raw != nil {
 		v := string(raw)
+		storage.CanonUUID(&v)
 		f.VaultID = &v
 	}
 	filters := convListFilterHash(f.Source, f.Archived, f.VaultID)
@@ -329,6 +336,9 @@ func (a *API) createConversation(ctx *fasthttp.RequestCtx, c *hotpath.Call) erro
 	if n.VaultID, cerr = f.str("vault_id"); cerr != nil {
 		return cerr
 	}
+	if n.VaultID != nil {
+		storage.CanonUUID(n.VaultID)
+	}
 	qctx, cancel := queryContext()
 	defer cancel()
 	conv, err := a.DB.CreateConversation(qctx, c.User.UserID, c.User.OrgID, n)
@@ -382,6 +392,7 @@ func (a *API) readConversation(ctx *fasthttp.RequestCtx, c *hotpath.Call) error 
 	}
 	if branch != nil {
 		b := string(branch)
+		storage.CanonUUID(&b)
 		r.Branch = &b
 	}
 	qctx, cancel := queryContext()
@@ -653,11 +664,9 @@ func parseConvAppend(body []byte, c *hotpath.Call) (*convAppendInput, *codec.Err
 			if id == "" || len(id) > convFileIDMax {
 				return nil, convInvalid("file_ids: each id is a string of 1 to " + strconv.Itoa(convFileIDMax) + " bytes.")
 			}
-			if storage.ValidUUID(id) {
-				// One file in any case: counted once toward the bound, as
-				// it is stored once.
-				id = strings.ToLower(id)
-			}
+			// One file in any case: counted once toward the bound, as it
+			// is stored once.
+			storage.CanonUUID(&id)
 			if !seen[id] {
 				seen[id] = true
 				in.FileIDs = append(in.FileIDs, id)
@@ -676,13 +685,13 @@ func parseConvAppend(body []byte, c *hotpath.Call) (*convAppendInput, *codec.Err
 	if in.Root && in.ParentID != nil {
 		return nil, convInvalid("root: a new root answers nothing; send root or parent_id, not both.")
 	}
-	if in.ParentID != nil && !storage.ValidUUID(*in.ParentID) {
+	if in.ParentID != nil && !storage.CanonUUID(in.ParentID) {
 		return nil, convInvalid("parent_id: not a message of this conversation.")
 	}
 	if in.ExpectedLeaf, cerr = f.str("expected_leaf"); cerr != nil {
 		return nil, cerr
 	}
-	if in.ExpectedLeaf != nil && !storage.ValidUUID(*in.ExpectedLeaf) {
+	if in.ExpectedLeaf != nil && !storage.CanonUUID(in.ExpectedLeaf) {
 		return nil, convInvalid("expected_leaf: not a message of this conversation.")
 	}
 	return in, nil
@@ -701,6 +710,7 @@ func (a *API) switchConversationBranch(ctx *fasthttp.RequestCtx, c *hotpath.Call
 	if msg == nil {
 		return convInvalid("message_id: required; the message whose branch becomes the active one.")
 	}
+	storage.CanonUUID(msg)
 	qctx, cancel := queryContext()
 	defer cancel()
 	leaf, err := a.DB.SwitchBranch(qctx, c.User.UserID, c.User.OrgID, convID(ctx), *msg)

@@ -175,6 +175,15 @@ func evalPaging(ctx *fasthttp.RequestCtx, kind, scope string) (int, *evalCursor,
 	if err != nil || sonic.Unmarshal(b, &c) != nil || c.Kind != kind || c.Scope != scope {
 		return 0, nil, errEvalCursor
 	}
+	// The position must be one a list could have issued: outside what the
+	// columns hold it would fail the query instead of paging.
+	if strings.HasPrefix(kind, "results:") {
+		if c.Seq < 0 || c.Seq > math.MaxInt32 || c.Repeat < 0 || c.Repeat > math.MaxInt32 {
+			return 0, nil, errEvalCursor
+		}
+	} else if _, ok := storage.CursorTime(c.AtUS); !ok || !storage.ValidUUID(c.ID) {
+		return 0, nil, errEvalCursor
+	}
 	return limit, &c, nil
 }
 

@@ -434,11 +434,12 @@ func decodeFileCursor(s string) (storage.FileKey, bool) {
 	if n <= 0 {
 		return storage.FileKey{}, false
 	}
+	at, ok := storage.CursorTime(us)
 	id := string(b[1+n:])
-	if !storage.ValidUUID(id) {
+	if !ok || !storage.ValidUUID(id) {
 		return storage.FileKey{}, false
 	}
-	return storage.FileKey{CreatedAt: time.UnixMicro(us), ID: id}, true
+	return storage.FileKey{CreatedAt: at, ID: id}, true
 }
 
 // readFile answers one file's record.

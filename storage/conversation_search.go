@@ -33,8 +33,19 @@ type SearchHit struct {
 }
 
 // The snippet is the message text as written, markers added. ts_headline
-// drops what its parser takes for HTML tags, so every "<" is swapped for a
-// private-use character on the way in and back on the way out.
+// drops what its parser takes for HTML tags, so no "<" may reach it. On the
+// way in U+E000 (a private-use character) becomes U+E000 U+E001 and "<"
+// becomes U+E000 U+E002; on the way out "<" is restored first, then U+E000.
+// Every U+E000 of the escaped text starts one pair, so text that already
+// held these characters comes back as written. Both characters of a pair
+// are of one class, so the parser keeps them in one token and no fragment
+// edge or marker falls between them. The search matches the stored
+// tsvector, which the swap does not touch.
+const (
+	searchEscapeIn = `replace(replace(left(h.content, 100000), U&'\E000', U&'\E000\E001'), '<', U&'\E000\E002')`
+	searchSnippet  = `replace(replace(ts_headline('english', ` + searchEscapeIn + `, query.q, $6),
+		U&'\E000\E002', '<'), U&'\E000\E001', U&'\E000')`
+)
 
 // searchHeadline are ts_headline's options: the literal markers, and up to
 // two fragments of about 10 to 30 words.
@@ -70,7 +81,7 @@ func (db *DB) SearchMessages(ctx context.Context, userID, orgID, q, source strin
 			select m.id, m.parent_id from path join conversation_messages m on m.id = path.parent_id
 		)
 		select h.id, h.conversation_id, h.title, h.archived, h.role, h.sequence, h.created_at, h.rank,
-			replace(ts_headline('english', replace(left(h.content, 100000), '<', U&'\E000'), query.q, $6), U&'\E000', '<'),
+			`+searchSnippet+`,
 			h.active_leaf_message_id is null or exists (select 1 from path where path.id = h.id)
 		from hits h, query
 		order by h.rank desc, h.created_at desc, h.id`,

@@ -150,13 +150,15 @@ func ValidUUID(s string) bool {
 	return parseUUID(&b, s)
 }
 
-// canonUUID reports whether *s is a UUID and, when it is, rewrites it as
+// CanonUUID reports whether *s is a UUID and, when it is, rewrites it as
 // PostgreSQL prints a uuid (lower case). A client may send an id in any
 // case and PostgreSQL matches it either way, but an id compared in Go (the
-// vault's owner, a member's role read into a map) must be in the form the
-// database reads back, or an upper-case id names the same row while
-// escaping the check.
-func canonUUID(s *string) bool {
+// vault's owner, a member's role read into a map, a conversation's current
+// leaf) or hashed (an idempotent request, a cursor's filters) must be in
+// the form the database reads back, or an upper-case id names the same row
+// while escaping the check. Routes canonicalize the ids they take where
+// they parse them.
+func CanonUUID(s *string) bool {
 	if !ValidUUID(*s) {
 		return false
 	}

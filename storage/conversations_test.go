@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -387,4 +388,46 @@ func TestConversationVaultDeletionCascades(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `select vault_id from conversation_deletions where conversation_id = $1`,
 		c.ID).Scan(&recorded))
 	require.Equal(t, vaultID, recorded)
+}
+
+// A snippet is the message text as written: "<" survives ts_headline, and
+// so do the private-use characters that carry it past ts_headline.
+func TestConversationSearchSnippetIsTheTextAsWritten(t *testing.T) {
+	db := storetest.DB(t)
+	ctx := context.Background()
+	a := convSeed(t, db, "ada@example.com")
+	c := convCreate(t, db, a)
+	unmark := strings.NewReplacer(storage.SearchHighlightStart, "", storage.SearchHighlightStop, "")
+	search := func(q string) storage.SearchHit {
+		t.Helper()
+		hits, err := db.SearchMessages(ctx, a.userID, a.orgID, q, "chat", 10)
+		require.NoError(t, err)
+		require.Len(t, hits, 1)
+		return hits[0]
+	}
+
+	// Short enough to be its own snippet.
+	short := "tangerine \ue000 <b>x</b> \ue000\ue001 \ue000\ue002 \ue001\ue002 <\ue000 \ue000< \ue002< a\ue000b"
+	convAppend(t, db, a, c.ID, storage.NewMessage{Content: short})
+	h := search("tangerine")
+	require.Equal(t, short, unmark.Replace(h.Snippet))
+	require.True(t, strings.HasPrefix(h.Snippet, storage.SearchHighlightStart+"tangerine"+storage.SearchHighlightStop))
+
+	// Long: each fragment is a piece of the text as written, whichever
+	// word it starts or ends on.
+	var b strings.Builder
+	pieces := []string{"\ue000", "<", "\ue000\ue001", "\ue000<", "<\ue000", "\ue002"}
+	for i := range 120 {
+		if i == 60 || i == 100 {
+			b.WriteString("coconut ")
+		}
+		fmt.Fprintf(&b, "%sw%d %s ", pieces[i%len(pieces)], i, pieces[(i+1)%len(pieces)])
+	}
+	long := b.String()
+	convAppend(t, db, a, c.ID, storage.NewMessage{Content: long})
+	h = search("coconut")
+	require.Contains(t, h.Snippet, storage.SearchHighlightStart+"coconut"+storage.SearchHighlightStop)
+	for _, frag := range strings.Split(unmark.Replace(h.Snippet), " … ") {
+		require.Contains(t, long, frag)
+	}
 }

@@ -115,7 +115,7 @@ func canManage(r hotpath.Role) bool { return r == hotpath.RoleOwner || r == hotp
 // grants owner without being one; ErrOwnerImmutable: target is an owner;
 // ErrNotMember: target is not a member (or the id is malformed).
 func (db *DB) SetMemberRole(ctx context.Context, orgID, actorID, targetID string, role hotpath.Role) (Member, error) {
-	if !canonUUID(&targetID) {
+	if !CanonUUID(&targetID) {
 		return Member{}, ErrNotMember
 	}
 	var m Member
@@ -163,7 +163,7 @@ func (db *DB) SetMemberRole(ctx context.Context, orgID, actorID, targetID string
 // organization; ErrOwnerImmutable: target is an owner; ErrNotMember:
 // target is not a member.
 func (db *DB) RemoveMember(ctx context.Context, orgID, actorID, targetID string) (Departure, error) {
-	if !canonUUID(&targetID) || !canonUUID(&orgID) {
+	if !CanonUUID(&targetID) || !CanonUUID(&orgID) {
 		return Departure{}, ErrNotMember
 	}
 	leaving := actorID == targetID

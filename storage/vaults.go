@@ -448,7 +448,7 @@ func (db *DB) AddVaultMember(ctx context.Context, orgID, userID, vaultID, target
 	var out VaultMember
 	var created bool
 	err := db.shareTx(ctx, orgID, userID, vaultID, func(tx pgx.Tx, a vaultAccess, escalates func(r, w, s bool) bool) error {
-		if !canonUUID(&targetID) {
+		if !CanonUUID(&targetID) {
 			return ErrUserNotFound
 		}
 		var inOrg bool
@@ -493,7 +493,7 @@ func readVaultMember(ctx context.Context, tx pgx.Tx, vaultID, targetID string) (
 // lockVaultMember reads targetID's membership under lock: ErrUserNotFound
 // when there is none, ErrOwnerImmutable for the vault's owner.
 func lockVaultMember(ctx context.Context, tx pgx.Tx, a vaultAccess, targetID string) (r, w, s bool, err error) {
-	if !canonUUID(&targetID) {
+	if !CanonUUID(&targetID) {
 		return false, false, false, ErrUserNotFound
 	}
 	err = tx.QueryRow(ctx, `select can_read, can_write, can_share from vault_members

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -357,6 +360,43 @@ func TestConversationList(t *testing.T) {
 	})
 }
 
+// withCursorTime rewrites the instant of a list cursor (version, kind,
+// filter hash, varint microseconds, id) to us, keeping the rest.
+func withCursorTime(t *testing.T, cursor string, us int64) string {
+	t.Helper()
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	require.NoError(t, err)
+	_, n := binary.Varint(b[10:])
+	require.Positive(t, n)
+	out := binary.AppendVarint(append([]byte{}, b[:10]...), us)
+	return base64.RawURLEncoding.EncodeToString(append(out, b[10+n:]...))
+}
+
+// A list cursor whose instant no list could have issued is an unreadable
+// cursor, refused before it reaches the database.
+func TestConversationListForgedCursorTimes(t *testing.T) {
+	ta := startTestApp(t)
+	ada := convTenant(t, ta, "ada@example.com")
+	ada.create(t, nil)
+	ada.create(t, nil)
+	issued := ada.do(t, "GET", "/api/v1/conversations?limit=1", nil).body["next_cursor"].(string)
+
+	// 7538 BC, out of PostgreSQL's range.
+	requireError(t, ada.do(t, "GET",
+		"/api/v1/conversations?cursor=AWynHhh2S_pIMf__74mjmuipCDAwMDAwMDAwLTAwMDAtMDAwMC0wMDAwLTAwMDAwMDAwMDAwMA", nil),
+		400, "invalid_request", "cursor: not a cursor")
+	y2k := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	for _, us := range []int64{math.MinInt64, -300_000_000_000_000_000, -1, 0, y2k - 1,
+		time.Now().Add(48 * time.Hour).UnixMicro(), 1 << 62, math.MaxInt64} {
+		r := ada.do(t, "GET", "/api/v1/conversations?limit=1&cursor="+withCursorTime(t, issued, us), nil)
+		requireError(t, r, 400, "invalid_request", "cursor: not a cursor")
+	}
+	for _, us := range []int64{y2k, time.Now().UnixMicro()} {
+		r := ada.do(t, "GET", "/api/v1/conversations?limit=1&cursor="+withCursorTime(t, issued, us), nil)
+		require.Equal(t, 200, r.status, "%s", r.raw)
+	}
+}
+
 func TestConversationMessageTree(t *testing.T) {
 	ta := startTestApp(t)
 	ada := convTenant(t, ta, "ada@example.com")
@@ -466,6 +506,87 @@ func TestConversationMessageTree(t *testing.T) {
 			404, "message_not_found")
 		requireError(t, ada.do(t, "POST", "/api/v1/conversations/"+id+"/switch", nil), 400, "invalid_request", "message_id")
 	})
+}
+
+// An id names the same conversation, message or vault in any case, and
+// every rule that compares ids holds whichever case a client sends.
+func TestConversationIDsInAnyCase(t *testing.T) {
+	ta := startTestApp(t)
+	ada := convTenant(t, ta, "ada@example.com")
+	up := strings.ToUpper
+	id := ada.create(t, nil)["id"].(string)
+	msgs := "/api/v1/conversations/" + up(id) + "/messages"
+	appendUp := func(t *testing.T, body map[string]any, headers ...string) resp {
+		t.Helper()
+		r := ada.do(t, "POST", msgs, body, headers...)
+		require.Equal(t, 201, r.status, "%s", r.raw)
+		return r
+	}
+	msg := func(r resp) map[string]any { return r.body["message"].(map[string]any) }
+	conv := func(r resp) map[string]any { return r.body["conversation"].(map[string]any) }
+
+	u1 := ada.say(t, id, "user", "u1")
+	// expected_leaf naming the current leaf moves it, and the conversation
+	// stays one chain.
+	r := appendUp(t, map[string]any{"role": "assistant", "content": "a1", "expected_leaf": up(u1)})
+	require.Equal(t, true, r.body["leaf_moved"])
+	require.Equal(t, u1, msg(r)["parent_id"])
+	require.Nil(t, conv(r)["active_leaf_message_id"])
+	a1 := msg(r)["id"].(string)
+	// parent_id naming the newest message keeps it one chain too.
+	r = appendUp(t, map[string]any{"role": "user", "content": "u2", "parent_id": up(a1)})
+	require.Equal(t, true, r.body["leaf_moved"])
+	require.Equal(t, a1, msg(r)["parent_id"])
+	require.Nil(t, conv(r)["active_leaf_message_id"])
+	u2 := msg(r)["id"].(string)
+
+	// A retry spelled in the other case is the same request: it replays.
+	first := appendUp(t, map[string]any{"role": "assistant", "content": "a2", "parent_id": u2}, "Idempotency-Key", "k-case")
+	again := appendUp(t, map[string]any{"role": "assistant", "content": "a2", "parent_id": up(u2)}, "Idempotency-Key", "k-case")
+	require.Equal(t, string(first.raw), string(again.raw))
+	a2 := msg(first)["id"].(string)
+	read := ada.read(t, up(id), "")
+	require.Equal(t, id, read["id"])
+	require.EqualValues(t, 4, read["message_count"])
+	require.Nil(t, read["active_leaf_message_id"])
+
+	// Branch under a1, then read, switch and append by ids in upper case.
+	u2b := ada.say(t, id, "user", "u2 edited", "parent_id", up(a1))
+	other := ada.read(t, up(id), "?message_branch="+up(u2))
+	require.Equal(t, []string{u1, a1, u2, a2}, pathIDs(other))
+	require.Equal(t, a2, other["messages"].(map[string]any)["leaf_id"])
+	r = appendUp(t, map[string]any{"role": "assistant", "content": "a2b", "expected_leaf": up(u2b)})
+	require.Equal(t, true, r.body["leaf_moved"], "the current leaf in upper case is not stale")
+	a2b := msg(r)["id"].(string)
+	require.Equal(t, a2b, conv(r)["active_leaf_message_id"])
+	r = appendUp(t, map[string]any{"role": "assistant", "content": "late", "parent_id": up(a2), "expected_leaf": up(a2)})
+	require.Equal(t, false, r.body["leaf_moved"], "a stale leaf is stale in any case")
+	require.Equal(t, a2b, conv(r)["active_leaf_message_id"])
+	sw := ada.do(t, "POST", "/api/v1/conversations/"+up(id)+"/switch", map[string]any{"message_id": up(u2)})
+	require.Equal(t, 200, sw.status, "%s", sw.raw)
+	require.Equal(t, msg(r)["id"], sw.body["leaf_id"])
+
+	// A message cursor whose leaf is spelled in upper case pages the same
+	// path and answers the leaf as stored.
+	page := ada.read(t, id, "?message_limit=1")["messages"].(map[string]any)
+	raw, err := base64.RawURLEncoding.DecodeString(page["next_cursor"].(string))
+	require.NoError(t, err)
+	_, n := binary.Uvarint(raw[3:])
+	forged := base64.RawURLEncoding.EncodeToString(append(raw[:3+n:3+n], bytes.ToUpper(raw[3+n:])...))
+	next := ada.read(t, id, "?message_limit=1&message_cursor="+forged)["messages"].(map[string]any)
+	require.Equal(t, page["leaf_id"], next["leaf_id"])
+	require.Equal(t, []string{a1}, pathIDs(map[string]any{"messages": next}))
+
+	// A vault in any case: created in it, and a list cursor issued under
+	// the filter in one case pages under the other.
+	vault := insertVault(t, ta, ada.orgID, map[string][2]bool{ada.userID: {true, true}})
+	require.Equal(t, vault, ada.create(t, map[string]any{"vault_id": up(vault)})["vault_id"])
+	ada.create(t, map[string]any{"vault_id": vault})
+	list := ada.do(t, "GET", "/api/v1/conversations?limit=1&vault_id="+vault, nil)
+	require.Equal(t, 200, list.status, "%s", list.raw)
+	rest := ada.do(t, "GET", "/api/v1/conversations?limit=1&vault_id="+up(vault)+"&cursor="+list.body["next_cursor"].(string), nil)
+	require.Equal(t, 200, rest.status, "%s", rest.raw)
+	require.Len(t, rest.body["data"], 1)
 }
 
 func TestConversationMessagePages(t *testing.T) {
