@@ -143,17 +143,25 @@ func TestMemoryScopesAndResolvedView(t *testing.T) {
 	})
 }
 
-func TestDepartedMemorySettlement(t *testing.T) {
-	ta := startTestApp(t)
-	ada := convTenant(t, ta, "ada@example.com")
-	bob := convMember(t, ta, ada.orgID, "bob@example.com", "admin")
-	cat := convMember(t, ta, ada.orgID, "cat@example.com", "member")
-	dan := convMember(t, ta, ada.orgID, "dan@example.com", "member")
-	v := ada.vault(t, map[string]any{"name": "Team"})["id"].(string)
+// departureTeam is an organization of ada (owner), bob (admin), cat and dan
+// (members who read and write the vault v it returns).
+func departureTeam(t *testing.T) (ta *testApp, ada, bob, cat, dan convClient, v string) {
+	t.Helper()
+	ta = startTestApp(t)
+	ada = convTenant(t, ta, "ada@example.com")
+	bob = convMember(t, ta, ada.orgID, "bob@example.com", "admin")
+	cat = convMember(t, ta, ada.orgID, "cat@example.com", "member")
+	dan = convMember(t, ta, ada.orgID, "dan@example.com", "member")
+	v = ada.vault(t, map[string]any{"name": "Team"})["id"].(string)
 	for _, u := range []convClient{cat, dan} {
 		require.Equal(t, 201, ada.do(t, "POST", "/api/v1/vaults/"+v+"/members",
 			map[string]any{"user_id": u.userID, "can_read": true, "can_write": true}).status)
 	}
+	return ta, ada, bob, cat, dan, v
+}
+
+func TestDepartedMemorySettlement(t *testing.T) {
+	ta, ada, bob, cat, dan, v := departureTeam(t)
 	bob.remember(t, map[string]any{"key": "bob-org", "value": "x", "scope": "org"})
 	bob.remember(t, map[string]any{"key": "bob-personal", "value": "x"})
 	cat.remember(t, map[string]any{"key": "cat-vault", "value": "x", "scope": "vault", "vault_id": v})
@@ -244,16 +252,7 @@ func (c convClient) memoryByKey(t *testing.T, key string) map[string]any {
 // A departed member's memory cannot be replaced or deleted before it is
 // settled: the settlement decides over exactly what they left.
 func TestFrozenMemoryIsUnchangeable(t *testing.T) {
-	ta := startTestApp(t)
-	ada := convTenant(t, ta, "ada@example.com")
-	bob := convMember(t, ta, ada.orgID, "bob@example.com", "admin")
-	cat := convMember(t, ta, ada.orgID, "cat@example.com", "member")
-	dan := convMember(t, ta, ada.orgID, "dan@example.com", "member")
-	v := ada.vault(t, map[string]any{"name": "Team"})["id"].(string)
-	for _, u := range []convClient{cat, dan} {
-		require.Equal(t, 201, ada.do(t, "POST", "/api/v1/vaults/"+v+"/members",
-			map[string]any{"user_id": u.userID, "can_read": true, "can_write": true}).status)
-	}
+	_, ada, bob, cat, dan, v := departureTeam(t)
 	bobOrg := bob.remember(t, map[string]any{"key": "bob-org", "value": "from bob", "scope": "org"})
 	danVault := dan.remember(t, map[string]any{"key": "dep-fact", "value": "from dan", "scope": "vault", "vault_id": v})
 	require.Equal(t, 204, ada.do(t, "DELETE", "/api/v1/org/members/"+bob.userID, nil).status)
