@@ -51,16 +51,20 @@ func TestForgedCursorPositionsAreBadCursors(t *testing.T) {
 	eval := func(kind, scope string, us int64) string {
 		return enc(fmt.Appendf(nil, `{"k":%q,"s":%q,"t":%d,"i":%q}`, kind, scope, us, id))
 	}
-	y2k := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
-	for _, us := range []int64{math.MinInt64, -300_000_000_000_000_000, 0, y2k - 1,
-		time.Now().Add(48 * time.Hour).UnixMicro(), math.MaxInt64} {
-		for _, path := range []string{
+	// paths are the lists' cursors naming the instant us.
+	paths := func(us int64) []string {
+		return []string{
 			"/api/v1/files?cursor=" + enc(append(binary.AppendVarint([]byte{'f'}, us), id...)),
 			"/api/v1/memories?cursor=" + enc([]byte(strconv.FormatInt(us, 10)+":"+id)),
 			"/api/v1/evals/suites?cursor=" + eval("suites", "", us),
 			"/api/v1/evals/suites/" + suite + "/cases?cursor=" + eval("cases", suite, us),
 			"/api/v1/evals/suites/" + suite + "/runs?cursor=" + eval("runs", suite, us),
-		} {
+		}
+	}
+	y2k := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	for _, us := range []int64{math.MinInt64, -300_000_000_000_000_000, 0, y2k - 1,
+		time.Now().Add(48 * time.Hour).UnixMicro(), math.MaxInt64} {
+		for _, path := range paths(us) {
 			requireError(t, ada.do(t, "GET", path, nil), 400, "invalid_request", "cursor")
 		}
 	}
@@ -74,13 +78,7 @@ func TestForgedCursorPositionsAreBadCursors(t *testing.T) {
 
 	// Positions a list can issue still page.
 	for _, us := range []int64{y2k, time.Now().UnixMicro()} {
-		for _, path := range []string{
-			"/api/v1/files?cursor=" + enc(append(binary.AppendVarint([]byte{'f'}, us), id...)),
-			"/api/v1/memories?cursor=" + enc([]byte(strconv.FormatInt(us, 10)+":"+id)),
-			"/api/v1/evals/suites?cursor=" + eval("suites", "", us),
-			"/api/v1/evals/suites/" + suite + "/cases?cursor=" + eval("cases", suite, us),
-			"/api/v1/evals/suites/" + suite + "/runs?cursor=" + eval("runs", suite, us),
-		} {
+		for _, path := range paths(us) {
 			r := ada.do(t, "GET", path, nil)
 			require.Equal(t, 200, r.status, "%s: %s", path, r.raw)
 		}
