@@ -33,6 +33,9 @@ type AuxConfig struct {
 	// GuardConcurrency bounds the guard calls one moderation request has
 	// in flight at once. Default 8.
 	GuardConcurrency int
+	// EmbedMaxDimensions is the largest dimensions the embed upstream's
+	// model takes. Default 4096, the simulator's bound.
+	EmbedMaxDimensions int
 }
 
 // Validate checks the shape and fills in defaults.
@@ -49,6 +52,12 @@ func (c *AuxConfig) Validate() error {
 	}
 	if c.GuardConcurrency < 0 {
 		return fmt.Errorf("guard_concurrency: must not be negative")
+	}
+	if c.EmbedMaxDimensions == 0 {
+		c.EmbedMaxDimensions = 4096
+	}
+	if c.EmbedMaxDimensions < 0 {
+		return fmt.Errorf("embed_max_dimensions: must not be negative")
 	}
 	return nil
 }
@@ -72,11 +81,10 @@ var (
 		Message: "input: at most 512 inputs per request.", Detail: codec.Detail{Bound: "inputs"}}
 	errAuxDocuments = &codec.Error{Code: codec.CodeInvalidRequest,
 		Message: "documents: at most 512 documents per request.", Detail: codec.Detail{Bound: "inputs"}}
-	errAuxInput     = invalidRequest("input: required, a string or a non-empty array of strings.")
-	errAuxQuery     = invalidRequest("query: required, a non-empty string.")
-	errAuxDocs      = invalidRequest("documents: required, a non-empty array of strings.")
-	errAuxEncoding  = invalidRequest("encoding_format: must be float or base64.")
-	errAuxDimension = invalidRequest("dimensions: must be a positive integer.")
+	errAuxInput    = invalidRequest("input: required, a string or a non-empty array of strings.")
+	errAuxQuery    = invalidRequest("query: required, a non-empty string.")
+	errAuxDocs     = invalidRequest("documents: required, a non-empty array of strings.")
+	errAuxEncoding = invalidRequest("encoding_format: must be float or base64.")
 )
 
 // auxRoute is one specialised route.
@@ -265,13 +273,15 @@ func (a *auxCall) validate(body []byte) *codec.Error {
 			}
 			a.topN = int(*n)
 		}
-		return nil
+		return a.rerankWindow()
 	case auxEmbed:
 		if f := a.req.EncodingFormat; f != nil && *f != "float" && *f != "base64" {
 			return errAuxEncoding
 		}
-		if d := a.req.Dimensions; d != nil && *d < 1 {
-			return errAuxDimension
+		// The upstream refuses a length its model does not make; refused
+		// here, the caller reads its own mistake, not a 503 to retry.
+		if d, m := a.req.Dimensions, a.ch.cfg.Aux.EmbedMaxDimensions; d != nil && (*d < 1 || *d > int64(m)) {
+			return invalidRequest("dimensions: must be from 1 to " + strconv.Itoa(m) + ".")
 		}
 	}
 	in, cerr := stringList(a.inBuf[:0], a.req.Input, "input", errAuxInput, errAuxInputs)
@@ -291,11 +301,40 @@ func (a *auxCall) validate(body []byte) *codec.Error {
 	w := a.up.Tier.ContextWindow
 	for i, s := range in {
 		if len(s) > w && tokens.CountLimit(s, w) > w {
-			return &codec.Error{Code: codec.CodeContextOverflow,
-				Message: "input[" + strconv.Itoa(i) + "]: over the " + strconv.Itoa(w) + "-token window of " + a.up.Tier.Name + "."}
+			return a.overflow("input[" + strconv.Itoa(i) + "]: ")
 		}
 	}
 	return nil
+}
+
+// rerankWindow checks the query with each document against the tier's
+// window: a rerank model reads the two as one input, and refuses a pair
+// over its window (text-embeddings-inference answers 413). Every token is
+// at least a byte, so the query is counted only when a pair is longer
+// than the window in bytes.
+func (a *auxCall) rerankWindow() *codec.Error {
+	w, q := a.up.Tier.ContextWindow, *a.req.Query
+	qt := -1
+	for i, d := range a.inputs {
+		if len(q)+len(d) <= w {
+			continue
+		}
+		if qt < 0 {
+			if qt = tokens.CountLimit(q, w); qt > w {
+				return a.overflow("query: ")
+			}
+		}
+		if tokens.CountLimit(d, w-qt) > w-qt {
+			return a.overflow("documents[" + strconv.Itoa(i) + "]: with the query, ")
+		}
+	}
+	return nil
+}
+
+// overflow is the context_overflow of the input named by field.
+func (a *auxCall) overflow(field string) *codec.Error {
+	return &codec.Error{Code: codec.CodeContextOverflow,
+		Message: field + "over the " + strconv.Itoa(a.up.Tier.ContextWindow) + "-token window of " + a.up.Tier.Name + "."}
 }
 
 // stringList reads a string or an array of 1 to auxMaxInputs strings into
@@ -320,9 +359,10 @@ func stringList(dst []string, raw []byte, field string, missing, tooMany *codec.
 		return nil, missing
 	}
 	// The common case in one pass; anything it refuses is read again
-	// item by item, to name the item.
+	// item by item, to name the item. It reads a null item as "", so a
+	// list with an empty string is read again too, to tell the two apart.
 	out := dst[:0]
-	if sonic.UnmarshalString(codec.BytesView(raw), &out) == nil {
+	if sonic.UnmarshalString(codec.BytesView(raw), &out) == nil && !slices.Contains(out, "") {
 		switch {
 		case len(out) == 0:
 			return nil, missing

@@ -248,6 +248,14 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 		}()
 	}
 	if cerr := checkContentEncoding(ctx); cerr != nil {
+		if a.Rate == hotpath.RateByHandler {
+			// These routes count in the window at their own admission,
+			// which a refused body never reaches: the answer shows the
+			// window read without counting.
+			if w = e.peekWindow(c); w.metered {
+				setRateHeaders(ctx, w.st)
+			}
+		}
 		return cerr
 	}
 	return h(ctx, c)
@@ -258,6 +266,14 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, c *hotpath.Call, a hotpath.Access
 type window struct {
 	st      meter.RateState
 	metered bool
+}
+
+// peekWindow reads the caller's request window without counting in it.
+func (e *Edge) peekWindow(c *hotpath.Call) (w window) {
+	if e.limits != nil && c.User != nil {
+		w.st, w.metered, _ = e.limits.Hit(context.Background(), c.Start, c.User, hotpath.RatePeek)
+	}
+	return w
 }
 
 // keyCheckRefusal reports whether err is one of the key check's 403s.

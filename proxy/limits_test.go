@@ -606,6 +606,34 @@ func TestRefusalsBeforeAdmissionCarryTheWindow(t *testing.T) {
 	require.Equal(t, "3", r.header.Get("X-RateLimit-Remaining"))
 }
 
+// A compressed body is refused at the edge, before a chat or specialised
+// route's handler counts the request: the 415 still shows the window, read
+// without counting, as every other route's 415 does.
+func TestUnsupportedEncodingCarriesTheWindow(t *testing.T) {
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(func(p *meter.Plan) { p.RequestsPerMinute = 5 }))
+	f := newChatFixture(t, withLimits(l, nil, uncapped()), func(o *fixtureOptions) { o.aux = true })
+	r := f.post(t, "/api/v1/chat", smallChat)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	require.Equal(t, "4", r.header.Get("X-RateLimit-Remaining"))
+	for _, c := range []struct{ path, body string }{
+		{"/api/v1/chat", smallChat},
+		{"/api/v2/chat", smallChat},
+		{"/v1/chat/completions", smallChat},
+		{"/v1/messages", `{"model":"mira","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`},
+		{"/api/v1/embeddings", `{"model":"gw-embed","input":"a"}`},
+		{"/v1/embeddings", `{"model":"gw-embed","input":"a"}`},
+		{"/api/v1/rerank", `{"model":"gw-rerank","query":"q","documents":["a"]}`},
+		{"/api/v1/moderations", `{"model":"gw-guard","input":"a"}`},
+		{"/v1/moderations", `{"model":"gw-guard","input":"a"}`},
+	} {
+		r := f.post(t, c.path, c.body, "Content-Encoding", "gzip")
+		require.Equal(t, http.StatusUnsupportedMediaType, r.status, "%s: %s", c.path, r.body)
+		require.Equal(t, "5", r.header.Get("X-RateLimit-Limit"), c.path)
+		require.Equal(t, "4", r.header.Get("X-RateLimit-Remaining"), "%s: peeked, not counted", c.path)
+		require.NotEmpty(t, r.header.Get("X-RateLimit-Reset"), c.path)
+	}
+}
+
 // rulesStore answers every turn with the same standing rules and no
 // memory.
 type rulesStore struct{ rules []memory.Rule }

@@ -89,6 +89,20 @@ func TestEmbeddingsRoute(t *testing.T) {
 	require.Contains(t, r.body["error"], "input[1]")
 }
 
+// aux.embed_max_dimensions bounds dimensions before the upstream call.
+func TestEmbeddingsMaxDimensionsConfig(t *testing.T) {
+	cfg := writeConfig(t, "aux:\n  embed_max_dimensions: 16\n")
+	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = cfg })
+	ten := newTenant(t, ta.dbURL, "dims@example.com")
+	r := ta.call(t, "POST", "/api/v1/embeddings", ten.key, map[string]any{"model": "gw-embed", "input": "one", "dimensions": 17})
+	require.Equal(t, 400, r.status, "%s", r.raw)
+	require.Equal(t, "invalid_request", r.body["code"])
+	require.Equal(t, "dimensions: must be from 1 to 16.", r.body["error"])
+	r = ta.call(t, "POST", "/api/v1/embeddings", ten.key, map[string]any{"model": "gw-embed", "input": "one", "dimensions": 16})
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.Len(t, r.body["data"].([]any)[0].(map[string]any)["embedding"], 16)
+}
+
 // proxyTierPrices returns the default auxiliary tier by name.
 func proxyTierPrices(t *testing.T, name string) *struct{ Prices hotpath.Prices } {
 	t.Helper()

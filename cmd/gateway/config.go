@@ -45,6 +45,9 @@ type fileConfig struct {
 		// GuardConcurrency bounds the guard calls of one moderation
 		// request. Default 8.
 		GuardConcurrency int `yaml:"guard_concurrency"`
+		// EmbedMaxDimensions is the largest dimensions the embed model
+		// makes. Default 4096.
+		EmbedMaxDimensions int `yaml:"embed_max_dimensions"`
 	} `yaml:"aux"`
 	// Files is read by files_config.go.
 	Files filesFile `yaml:"files"`
@@ -129,9 +132,11 @@ type settings struct {
 	Memory memorySettings
 	// AuxTiers are the auxiliary tiers; their bindings are in Bindings.
 	AuxTiers []hotpath.Tier
-	// RerankShape and GuardConcurrency configure the specialised routes.
-	RerankShape      string
-	GuardConcurrency int
+	// RerankShape, GuardConcurrency and EmbedMaxDimensions configure the
+	// specialised routes.
+	RerankShape        string
+	GuardConcurrency   int
+	EmbedMaxDimensions int
 	// Gates are the chat tiers' input moderation gates.
 	Gates map[string]proxy.GateConfig
 	// Files configures uploads, their store and chat's caps
@@ -268,6 +273,7 @@ func loadSettings(path string) (settings, error) {
 			st.Bindings[name] = b
 		}
 		st.RerankShape, st.GuardConcurrency = fc.Aux.RerankShape, fc.Aux.GuardConcurrency
+		st.EmbedMaxDimensions = fc.Aux.EmbedMaxDimensions
 		if err := st.applyPlans(fc); err != nil {
 			return st, err
 		}

@@ -560,7 +560,8 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	chat, err := proxy.NewChat(proxy.ChatConfig{Tiers: tiers, Upstreams: ups, Idempotency: idem, Log: log, Metrics: set,
 		ConnsKept: true, Limits: limits, Usage: a.ledger, KeepAliveInterval: keepAliveInterval(cfg.StreamKeepAlive),
 		Aux: proxy.AuxConfig{Embed: ups[hotpath.TierEmbed], Rerank: ups[hotpath.TierRerank], Guard: ups[hotpath.TierGuard],
-			RerankShape: st.RerankShape, GuardConcurrency: st.GuardConcurrency}, Gates: st.Gates,
+			RerankShape: st.RerankShape, GuardConcurrency: st.GuardConcurrency, EmbedMaxDimensions: st.EmbedMaxDimensions},
+		Gates: st.Gates,
 		Files: a.files, MaxFileTokens: st.Files.MaxFileTokens, MaxTurnTokens: st.Files.MaxTurnTokens,
 		MaxImageBytes: st.Files.MaxImageBytes, Memory: mem, Tracer: tracer})
 	if err != nil {
