@@ -72,6 +72,7 @@ type API struct {
 
 // Register adds the control plane's routes.
 func (a *API) Register(r Registrar) {
+	r = dependencyRoutes{r}
 	public := func(name string) hotpath.Access { return hotpath.Access{Name: name} }
 	user := func(name string, f hotpath.Family) hotpath.Access {
 		return hotpath.Access{Name: name, Auth: hotpath.AuthUser, Family: f}
@@ -136,14 +137,33 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) error {
 }
 
 // storageError maps storage's sentinels to the route's codes: notFound for
-// ErrNotFound and ErrNotMember, a conflict for ErrConflict; anything else is
-// returned as it is and answered internal_error by the edge.
+// ErrNotFound and ErrNotMember, 503 service_unavailable for a database that
+// cannot answer (unavailable); anything else is returned as it is and
+// answered internal_error by the edge.
 func storageError(err error, notFound *codec.Error) error {
-	switch {
-	case errors.Is(err, storage.ErrNotFound), errors.Is(err, storage.ErrNotMember):
+	if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrNotMember) {
 		return notFound
-	case errors.Is(err, context.DeadlineExceeded):
+	}
+	return unavailable(err)
+}
+
+// unavailable answers an error that says the database (or another
+// dependency) cannot answer right now as 503 service_unavailable, which the
+// client may send again, and returns any other error as it is.
+func unavailable(err error) error {
+	if storage.Unavailable(err) {
 		return codec.ErrServiceUnavailable
 	}
 	return err
+}
+
+// dependencyRoutes registers every handler behind unavailable, so that a
+// route returning its storage error as it is answers a database that is
+// down with 503, like one that maps it through storageError.
+type dependencyRoutes struct{ Registrar }
+
+func (r dependencyRoutes) Handle(method, path string, a hotpath.Access, h func(*fasthttp.RequestCtx, *hotpath.Call) error) {
+	r.Registrar.Handle(method, path, a, func(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
+		return unavailable(h(ctx, c))
+	})
 }

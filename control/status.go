@@ -52,9 +52,10 @@ type StatusRow struct {
 	Status    string `json:"status"`
 	Reason    string `json:"reason,omitempty"`
 	// CheckedAt and AgeSeconds are null only for a component never
-	// measured.
-	CheckedAt  *time.Time `json:"checked_at"`
-	AgeSeconds *int64     `json:"age_seconds"`
+	// measured. CheckedAt is to the second, like every timestamp of the
+	// API.
+	CheckedAt  rfc3339 `json:"checked_at"`
+	AgeSeconds *int64  `json:"age_seconds"`
 	// LatencyMs is the newest probe's; MedianLatencyMs the median of the
 	// window's successful probes.
 	LatencyMs       *int64 `json:"latency_ms,omitempty"`
@@ -67,7 +68,7 @@ type StatusRow struct {
 
 // StatusDocument is the body of GET /api/status.
 type StatusDocument struct {
-	GeneratedAt time.Time   `json:"generated_at"`
+	GeneratedAt rfc3339     `json:"generated_at"`
 	Components  []StatusRow `json:"components"`
 }
 
@@ -97,9 +98,8 @@ func modelVerdict(c *StatusComponent, probes []storage.Probe, breaker string, no
 		return r
 	}
 	newest := probes[0]
-	at := newest.CheckedAt.UTC()
-	age := int64(max(now.Sub(at), 0) / time.Second)
-	r.CheckedAt, r.AgeSeconds = &at, &age
+	age := int64(max(now.Sub(newest.CheckedAt), 0) / time.Second)
+	r.CheckedAt, r.AgeSeconds = rfc3339(newest.CheckedAt.Unix()), &age
 	if !c.fresh(newest.CheckedAt, now) {
 		r.Reason = ReasonStale
 		return r
@@ -165,16 +165,15 @@ func worstBreaker(states []string) string {
 // measurement (the route then answers 503).
 func (s *Status) Document(ctx context.Context) (doc StatusDocument, ok bool) {
 	now := s.now()
-	doc.GeneratedAt = now.UTC()
-	nowUTC := now.UTC()
+	doc.GeneratedAt = rfc3339(now.Unix())
 	zero := int64(0)
 	doc.Components = append(doc.Components, StatusRow{Component: "api", Kind: KindAPI, Status: VerdictHealthy,
-		CheckedAt: &nowUTC, AgeSeconds: &zero})
+		CheckedAt: doc.GeneratedAt, AgeSeconds: &zero})
 	rd := s.readMeasurements(ctx, now)
 	probes, breakers, err := rd.probes, rd.breakers, rd.err
-	at := rd.at.UTC()
 	age := int64(max(now.Sub(rd.at), 0) / time.Second)
-	dbRow := StatusRow{Component: "database", Kind: KindDatabase, Status: VerdictHealthy, CheckedAt: &at, AgeSeconds: &age}
+	dbRow := StatusRow{Component: "database", Kind: KindDatabase, Status: VerdictHealthy,
+		CheckedAt: rfc3339(rd.at.Unix()), AgeSeconds: &age}
 	if err != nil {
 		dbRow.Status, dbRow.Reason = VerdictDown, ReasonUnreachable
 	} else {

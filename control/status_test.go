@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bytedance/sonic"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/storage"
@@ -61,10 +62,11 @@ func TestStatusVerdicts(t *testing.T) {
 			require.NotNil(t, r.LatencyTargetMs, "chat rows carry latency_target_ms")
 			require.Equal(t, 2500, *r.LatencyTargetMs)
 			if len(tc.probes) > 0 {
-				require.Equal(t, tc.probes[0].CheckedAt, *r.CheckedAt)
+				require.Equal(t, rfc3339(tc.probes[0].CheckedAt.Unix()), r.CheckedAt)
 				require.Equal(t, int64(now.Sub(tc.probes[0].CheckedAt)/time.Second), *r.AgeSeconds)
 			} else {
-				require.Nil(t, r.CheckedAt)
+				require.Zero(t, r.CheckedAt)
+				require.Nil(t, r.AgeSeconds)
 			}
 		})
 	}
@@ -167,6 +169,48 @@ func TestStatusDocumentFromStoredProbes(t *testing.T) {
 	require.Equal(t, VerdictUnknown, doc.Components[2].Status)
 	require.Equal(t, ReasonStale, doc.Components[2].Reason)
 	require.EqualValues(t, 31, *doc.Components[2].AgeSeconds)
+}
+
+// Every timestamp of the document is RFC 3339 UTC to the second, like every
+// timestamp of the API, whatever fraction the clock and the stored probes
+// carry; a component never measured has null for both.
+func TestStatusTimestampsToTheSecond(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock(time.Date(2026, 11, 27, 16, 47, 0, 864525898, time.UTC))
+	s := &Status{DB: storetest.DB(t), Now: clk.Now, Components: []StatusComponent{
+		{Name: "kavi", Kind: KindChat, LatencyTargetMs: 2500, Every: 10 * time.Second,
+			Probe: func(context.Context) error { return nil }},
+		{Name: "gw-embed", Kind: KindAux},
+	}}
+	require.NoError(t, s.Validate())
+	t.Cleanup(func() { s.Close(ctx) })
+	_, err := s.RunOnce(ctx)
+	require.NoError(t, err)
+	clk.Add(1500 * time.Millisecond)
+	doc, ok := s.Document(ctx)
+	require.True(t, ok)
+	body, err := sonic.Marshal(doc)
+	require.NoError(t, err)
+	var got struct {
+		GeneratedAt *string `json:"generated_at"`
+		Components  []struct {
+			Component string  `json:"component"`
+			CheckedAt *string `json:"checked_at"`
+		} `json:"components"`
+	}
+	require.NoError(t, sonic.Unmarshal(body, &got))
+	require.NotNil(t, got.GeneratedAt, "%s", body)
+	require.Equal(t, "2026-11-27T16:47:02Z", *got.GeneratedAt)
+	want := map[string]string{"api": "2026-11-27T16:47:02Z", "database": "2026-11-27T16:47:02Z",
+		"kavi": "2026-11-27T16:47:00Z"}
+	for _, r := range got.Components {
+		if r.Component == "gw-embed" {
+			require.Nil(t, r.CheckedAt, "never measured: null")
+			continue
+		}
+		require.NotNil(t, r.CheckedAt, r.Component)
+		require.Equal(t, want[r.Component], *r.CheckedAt, r.Component)
+	}
 }
 
 func names(doc StatusDocument) []string {

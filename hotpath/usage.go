@@ -38,8 +38,17 @@ type UsageRecord struct {
 }
 
 // UsageSink takes ledger rows off the hot path. Record never blocks on
-// storage and never drops a row: an implementation buffers, batches and
-// spools to disk while its database is unreachable.
+// storage: an implementation buffers, batches and spools to disk while its
+// database is unreachable, and drops a row only when that room is used up
+// (see UsageSaturation).
 type UsageSink interface {
 	Record(r *UsageRecord)
+}
+
+// UsageSaturation is implemented by a UsageSink whose room is bounded.
+// Saturated reports that a row recorded now would be lost, so that
+// admission refuses billable work instead of serving it unbilled. It is
+// read before every billable request and must cost about an atomic load.
+type UsageSaturation interface {
+	Saturated() bool
 }

@@ -395,6 +395,9 @@ func stringList(dst []string, raw []byte, field string, missing, tooMany *codec.
 // cost: its text in bytes (at least its tokens) at the tier's prices, and
 // for the guard the verdict tokens of every input.
 func (a *auxCall) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
+	if cerr := a.ch.ledgerRefusal(); cerr != nil {
+		return cerr
+	}
 	l := a.ch.cfg.Limits
 	if l == nil {
 		return nil

@@ -101,8 +101,9 @@ type Chat struct {
 	open    atomic.Int64 // streams open now, for the gauge
 	workers *workers     // run owned streams and the requests after them
 	// serveConn serves the requests that follow a complete stream on its
-	// connection (the server's ServeConn); nil, or closing set, closes the
-	// connection instead.
+	// connection (the server's ServeConn); nil closes the connection
+	// instead, and so does closing set, once a request already begun on it
+	// is refused.
 	serveConn func(net.Conn) error
 	idle      time.Duration // the server's idle timeout, for kept connections
 	closing   atomic.Bool
@@ -113,6 +114,9 @@ type Chat struct {
 	quietEvery time.Duration
 	// watch notices streaming clients that leave.
 	watch *departures
+	// ledger says when Usage can keep no more rows; nil when it cannot
+	// fill.
+	ledger hotpath.UsageSaturation
 
 	gates     map[string]gate
 	errImages *codec.Error // image_not_supported naming the tiers that read images
@@ -146,6 +150,7 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 	}
 	ch := &Chat{cfg: cfg, tiers: cfg.Tiers, gate: hotpath.NewGate(cfg.MaxInFlight), quietEvery: cfg.KeepAliveInterval, workers: newWorkers(),
 		watch: newDepartures()}
+	ch.ledger, _ = cfg.Usage.(hotpath.UsageSaturation)
 	if ch.quietEvery == 0 {
 		ch.quietEvery = 15 * time.Second
 	}
@@ -493,7 +498,9 @@ func (ch *Chat) KeepAlive(serve func(net.Conn) error, idle time.Duration) {
 func (ch *Chat) StartDrain() { ch.draining.Store(true) }
 
 // StopKeepAlive has streams that complete from now on close their
-// connections. Call it when the grace ends, before the server stops.
+// connections, after the server has refused a request their client already
+// began behind them (keepConn). Call it when the grace ends, with the
+// edge's StopServing, before the server stops.
 func (ch *Chat) StopKeepAlive() { ch.closing.Store(true) }
 
 // Close stops the departure watcher. Call it once streams have drained.
@@ -643,6 +650,9 @@ func (t *turn) extendAdmission(c *hotpath.Call) *codec.Error {
 // in one step. It runs after routing, so the tier and the clamped
 // max_tokens are known.
 func (t *turn) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
+	if cerr := t.ch.ledgerRefusal(); cerr != nil {
+		return cerr
+	}
 	l := t.ch.cfg.Limits
 	if l == nil {
 		return nil
@@ -655,6 +665,19 @@ func (t *turn) admit(ctx *fasthttp.RequestCtx, c *hotpath.Call) *codec.Error {
 		setRateHeaders(ctx, st)
 	}
 	return refusal
+}
+
+// ledgerRefusal refuses billable work while the ledger can keep no more
+// rows (docs/ledger.md, "Bound"): served, the request's row would be lost
+// and it would never be billed. Every billable request passes here at
+// admission, before anything is counted or reserved and before the
+// upstream is called; what bills nothing (a replay, token counting) does
+// not.
+func (ch *Chat) ledgerRefusal() *codec.Error {
+	if ch.ledger != nil && ch.ledger.Saturated() {
+		return errLedgerSaturated
+	}
+	return nil
 }
 
 // claimKey looks the request's Idempotency-Key up before admission: a

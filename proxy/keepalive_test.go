@@ -323,3 +323,75 @@ func TestShutdownClosesIdleConnectionsAStreamHandedBack(t *testing.T) {
 		require.ErrorIs(t, err, io.EOF)
 	}
 }
+
+// A stream opened before shutdown's grace keeps its connection, so its
+// client may pipeline its next request behind it. When the stream ends
+// after the grace, that request — whole, or only begun — is refused 503
+// server_shutting_down with Connection: close in its own path's envelope,
+// as any request arriving on a kept connection then is, instead of being
+// dropped with the connection; nothing of it reaches the upstream.
+func TestRequestPipelinedBehindAStreamEndingAfterTheGraceIsRefused(t *testing.T) {
+	const plainBody = `{"model":"mira","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
+	for _, c := range []struct {
+		name, path, want string
+		split            int // bytes of the pipelined request sent only after the stream ended
+	}{
+		{"whole", "/v1/messages", `"type":"overloaded_error"`, 0},
+		{"head begun", "/api/v1/chat", `"code":"server_shutting_down"`, 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			release := make(chan struct{})
+			up := newFakeUpstream(t, func(ctx *fasthttp.RequestCtx) {
+				ctx.SetContentType("text/event-stream")
+				ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+					<-release
+					_, _ = w.WriteString(upstreamFrames)
+					_ = w.Flush()
+				})
+			})
+			f := newChatFixture(t, func(o *fixtureOptions) {
+				o.dial = up.dial
+				o.upstream = func(c *UpstreamConfig) { c.StreamIdle = time.Minute }
+			})
+			rc := f.dialRaw(t)
+			var next strings.Builder
+			fmt.Fprintf(&next, "POST %s HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
+				"Content-Length: %d\r\n\r\n%s", c.path, f.key, len(plainBody), plainBody)
+			pipelined := next.String()
+			rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", streamBody("hi"))
+			_, err := io.WriteString(rc.c, pipelined[:len(pipelined)-c.split])
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return up.calls.Load() == 1 }, 2*time.Second, time.Millisecond)
+
+			// The grace passes while the stream waits for its upstream;
+			// then it ends.
+			f.edge.Drain()
+			f.chat.StartDrain()
+			f.edge.StopServing()
+			f.chat.StopKeepAlive()
+			close(release)
+			resp, body, err := rc.read(t)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+			require.False(t, resp.Close, "opened before the grace, the stream promised its connection")
+			require.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "%q", body)
+			if c.split > 0 {
+				_, err = io.WriteString(rc.c, pipelined[len(pipelined)-c.split:])
+				require.NoError(t, err)
+			}
+
+			resp, body, err = rc.read(t)
+			require.NoError(t, err)
+			require.Contains(t, []int{http.StatusServiceUnavailable, 529}, resp.StatusCode, "%s", body)
+			require.True(t, resp.Close)
+			require.Contains(t, string(body), c.want)
+			require.NotEmpty(t, resp.Header.Get(headerRequestID))
+			_, err = rc.br.ReadByte()
+			require.ErrorIs(t, err, io.EOF)
+			require.EqualValues(t, 1, up.calls.Load(), "the refused request never reached the upstream")
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			require.True(t, f.chat.Drain(ctx))
+		})
+	}
+}

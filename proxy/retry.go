@@ -32,6 +32,11 @@ var (
 
 	errModelUnavailable = unavailableAfter[defaultRetryAfter]
 	errOverloaded       = overloadedAfter[defaultRetryAfter]
+
+	// errLedgerSaturated refuses billable work while its ledger row could
+	// not be kept (Chat.ledgerRefusal).
+	errLedgerSaturated = &codec.Error{Code: codec.CodeServiceUnavailable,
+		Message: "The gateway cannot record usage right now; retry shortly.", Detail: codec.Detail{RetryAfter: defaultRetryAfter}}
 )
 
 func retryTable(code codec.Code, msg string) *[maxRetryAfter + 1]*codec.Error {

@@ -219,9 +219,14 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 // keepConn reports whether conn, whose response ended well-formed, goes
 // back to the server for the client's next request: the stream owns it,
 // neither the client nor shutdown asked to close, and its deadline is
-// cleared (the server sets its own).
+// cleared (the server sets its own). Once shutdown's grace has ended it
+// goes back only when the client already began its next request behind
+// the stream (t.ahead): the server then refuses that request 503
+// server_shutting_down with Connection: close, as it refuses any request
+// on a kept connection then, instead of the connection closing under it
+// unanswered.
 func (t *turn) keepConn(conn net.Conn, owned bool) bool {
-	return owned && !t.lastConn && !t.ch.closing.Load() && conn.SetDeadline(time.Time{}) == nil
+	return owned && !t.lastConn && (!t.ch.closing.Load() || len(t.ahead) > 0) && conn.SetDeadline(time.Time{}) == nil
 }
 
 // end frees everything the stream held, once, however it ended: conn is
@@ -252,6 +257,14 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 	t.account(&c.Usage)
 	c.Ender.End(c, status, cerr)
 	releaseTurn(t)
+	if keep && ch.closing.Load() && len(next.(*keptConn).ahead) > 0 {
+		// The grace has ended (keepConn): the request waiting behind the
+		// stream is refused before the stream counts as ended, since
+		// shutdown waits for streams (Drain), not for the connections
+		// they hand back.
+		_ = ch.serveConn(next)
+		keep = false
+	}
 	// The stream's slots are free. The client's next request is served
 	// once the upstream connection is back in the pool (its next stream
 	// then skips a dial), or after drainWait if the end of the upstream's

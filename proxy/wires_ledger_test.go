@@ -4,11 +4,13 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/meter"
 )
@@ -176,4 +178,78 @@ func TestWireIdempotency(t *testing.T) {
 	}
 	again := f.post(t, "/v1/chat/completions", both, "Idempotency-Key", "idem-shared")
 	require.Equal(t, string(first.body), string(again.body))
+}
+
+// saturatingSink is a ledger that a test fills and empties at will.
+type saturatingSink struct {
+	recordingSink
+	full atomic.Bool
+}
+
+func (s *saturatingSink) Saturated() bool { return s.full.Load() }
+
+// While the ledger can keep no more rows, billable work is refused 503
+// service_unavailable with Retry-After in its wire's envelope, before the
+// upstream is called: every chat wire, streamed or not, and every
+// specialised route. What bills nothing (a replay, token counting) is
+// still served, and once the ledger has room again so is everything.
+func TestSaturatedLedgerRefusesBillableWork(t *testing.T) {
+	s := sim.New(sim.Config{})
+	t.Cleanup(s.Shutdown)
+	up := newFakeUpstream(t, s.Handler())
+	sink := &saturatingSink{}
+	f := newChatFixture(t, func(o *fixtureOptions) { o.dial, o.usage, o.aux = up.dial, sink, true })
+	const chat = `{"model":"mira","max_tokens":16,STREAM"messages":[{"role":"user","content":"hi [[sim:tokens=3]]"}]}`
+	var billable []struct{ path, body string }
+	for _, stream := range []string{"", `"stream":true,`} {
+		for _, path := range []string{"/api/v1/chat", "/api/v2/chat", "/v1/chat/completions", "/v1/messages"} {
+			billable = append(billable, struct{ path, body string }{path, strings.Replace(chat, "STREAM", stream, 1)})
+		}
+		billable = append(billable, struct{ path, body string }{"/v1/responses",
+			`{"model":"mira","max_output_tokens":16,` + stream + `"input":"hi [[sim:tokens=3]]"}`})
+	}
+	for _, path := range []string{"/api/v1/embeddings", "/v1/embeddings"} {
+		billable = append(billable, struct{ path, body string }{path, `{"model":"gw-embed","input":["a","b"]}`})
+	}
+	billable = append(billable, struct{ path, body string }{"/api/v1/rerank", `{"model":"gw-rerank","query":"q","documents":["a","b"]}`})
+	for _, path := range []string{"/api/v1/moderations", "/v1/moderations"} {
+		billable = append(billable, struct{ path, body string }{path, `{"model":"gw-guard","input":"a"}`})
+	}
+	plain := strings.Replace(chat, "STREAM", "", 1)
+	first := f.post(t, "/v1/chat/completions", plain, "Idempotency-Key", "saturated")
+	require.Equal(t, 200, first.status, "%s", first.body)
+
+	sink.full.Store(true)
+	calls := up.calls.Load()
+	for _, b := range billable {
+		r := f.post(t, b.path, b.body)
+		if b.path == "/v1/messages" {
+			// Anthropic's overloaded_error, as for every 503 on its wire.
+			require.Equal(t, 529, r.status, "%s: %s", b.path, r.body)
+			require.Contains(t, string(r.body), `"type":"overloaded_error"`)
+		} else {
+			require.Equal(t, 503, r.status, "%s: %s", b.path, r.body)
+			require.Contains(t, string(r.body), `"code":"service_unavailable"`, b.path)
+		}
+		require.Equal(t, "1", r.header.Get("Retry-After"), b.path)
+	}
+	require.Equal(t, calls, up.calls.Load(), "no upstream call while the ledger is saturated")
+	for _, row := range sink.all()[1:] {
+		require.False(t, row.Billed, row.Route)
+		require.Equal(t, "service_unavailable", row.ErrorCode, row.Route)
+	}
+
+	again := f.post(t, "/v1/chat/completions", plain, "Idempotency-Key", "saturated")
+	require.Equal(t, 200, again.status, "a replay bills nothing: %s", again.body)
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	for _, path := range []string{"/api/v1/tokens/count", "/v1/messages/count_tokens"} {
+		r := f.post(t, path, plain)
+		require.Equal(t, 200, r.status, "token counting bills nothing: %s: %s", path, r.body)
+	}
+
+	sink.full.Store(false)
+	for _, b := range billable {
+		r := f.post(t, b.path, b.body)
+		require.Equal(t, 200, r.status, "%s: %s", b.path, r.body)
+	}
 }

@@ -9,13 +9,16 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 	"github.com/jackc/tern/v2/migrate"
 )
 
@@ -165,6 +168,41 @@ func (db *DB) Close() {
 
 // Ping checks that the database answers.
 func (db *DB) Ping(ctx context.Context) error { return db.Pool.Ping(ctx) }
+
+// Unavailable reports whether err says the database cannot answer right
+// now rather than that the request was wrong: no connection could be made
+// (pgx's ConnectError, whatever the dial or the handshake said), a
+// connection was lost or the pool is closed, the server is shutting down or
+// not yet accepting connections, or it did not answer in time. The same
+// request may succeed when sent again, so the API answers it 503
+// service_unavailable, never internal_error.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		connect *pgconn.ConnectError
+		netErr  net.Error
+		pgErr   *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &connect), errors.As(err, &netErr),
+		errors.Is(err, puddle.ErrClosedPool), errors.Is(err, pgconn.ErrConnClosed),
+		errors.Is(err, context.DeadlineExceeded):
+		return true
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// pgx returns it as it is when the server's end of a pooled
+		// connection closed before its answer: the first query after
+		// PostgreSQL went away.
+		return true
+	case errors.As(err, &pgErr):
+		// Class 08 is connection_exception; 57P01 admin_shutdown, 57P02
+		// crash_shutdown, 57P03 cannot_connect_now.
+		return strings.HasPrefix(pgErr.Code, "08") ||
+			pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	}
+	return false
+}
 
 // BinaryVersion is the schema version this binary's embedded migrations
 // reach.

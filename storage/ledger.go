@@ -313,9 +313,13 @@ func (l *Ledger) overflowRow(row *ledgerRow) {
 	}
 }
 
+// The chat routes read Saturated through this interface at admission.
+var _ hotpath.UsageSaturation = (*Ledger)(nil)
+
 // Saturated reports whether the ledger can take no more rows without losing
 // them: the queue is full and the spool has reached its bound. Admission
-// may refuse billable work while it holds.
+// refuses billable work while it holds; on the way there it costs a look at
+// the queue's length and, only once the queue is full, an atomic load.
 func (l *Ledger) Saturated() bool {
 	return len(l.queue) == cap(l.queue) && l.spool.ownBytes.Load() >= l.cfg.SpoolMaxBytes-int64(maxSpoolLine)
 }

@@ -2,10 +2,14 @@ package storage_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/hotpath"
@@ -192,4 +196,69 @@ func mustScopes(t *testing.T, names ...string) hotpath.Scopes {
 	s, err := hotpath.ParseScopes(names)
 	require.NoError(t, err)
 	return s
+}
+
+// A database that cannot answer is told from a query that is wrong: the
+// API answers the first 503 service_unavailable and the second 500.
+func TestUnavailable(t *testing.T) {
+	ctx := context.Background()
+	require.False(t, storage.Unavailable(nil))
+	require.False(t, storage.Unavailable(storage.ErrNotFound))
+
+	t.Run("nothing listens", func(t *testing.T) {
+		db, err := storage.Open(ctx, storage.Config{
+			URL: fmt.Sprintf("postgres://gw@127.0.0.1:%d/gw?sslmode=disable", storetest.FreePort(t))})
+		require.NoError(t, err)
+		defer db.Close()
+		err = db.Ping(ctx)
+		require.Error(t, err)
+		require.True(t, storage.Unavailable(err), "%v", err)
+	})
+	t.Run("closed pool", func(t *testing.T) {
+		db, err := storage.Open(ctx, storage.Config{URL: storetest.DatabaseURL(t)})
+		require.NoError(t, err)
+		db.Close()
+		err = db.Ping(ctx)
+		require.Error(t, err)
+		require.True(t, storage.Unavailable(err), "%v", err)
+	})
+	t.Run("connections cut", func(t *testing.T) {
+		u, err := url.Parse(storetest.DatabaseURL(t))
+		require.NoError(t, err)
+		relay := storetest.StartRelay(t, u.Host)
+		u.Host = relay.Addr()
+		db, err := storage.Open(ctx, storage.Config{URL: u.String(), MaxConns: 1})
+		require.NoError(t, err)
+		defer db.Close()
+		require.NoError(t, db.Ping(ctx))
+		relay.Cut()
+		for range 2 { // the pooled connection, then a new one
+			_, err = db.Pool.Exec(ctx, "select 1")
+			require.Error(t, err)
+			require.True(t, storage.Unavailable(err), "%v", err)
+		}
+	})
+	t.Run("server ends the session", func(t *testing.T) {
+		db := storetest.DB(t)
+		conn, err := db.Pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		var pid int32
+		require.NoError(t, conn.QueryRow(ctx, "select pg_backend_pid()").Scan(&pid))
+		_, err = db.Pool.Exec(ctx, "select pg_terminate_backend($1)", pid)
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, "select 1")
+		require.Error(t, err)
+		require.True(t, storage.Unavailable(err), "%v", err)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "57P01", pgErr.Code, "admin_shutdown")
+	})
+	t.Run("a wrong query is not", func(t *testing.T) {
+		db := storetest.DB(t)
+		_, err := db.Pool.Exec(ctx, "select * from no_such_table")
+		require.Error(t, err)
+		require.False(t, storage.Unavailable(err), "%v", err)
+		require.False(t, storage.Unavailable(errors.New("cannot scan")))
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/storage"
 	"github.com/edgegw/gateway/storage/storetest"
 )
@@ -177,4 +178,126 @@ func TestPostgresDiesUnderLoad(t *testing.T) {
 		rows, ids := ledgerRows(t, direct, tn.keyID)
 		return rows == res.sent.Load()+1 && ids == rows
 	}, 20*time.Second, 100*time.Millisecond, "one ledger row per request, replayed from the spool")
+}
+
+// warmKey sends chat until key is served from the process's cache, so that
+// it keeps working while PostgreSQL is away (a fill that the notification of
+// the key's creation overtakes is not kept), and returns the last request's
+// id.
+func warmKey(t *testing.T, a *testApp, key string) (requestID string) {
+	t.Helper()
+	hits := a.verifier.Stats().Hits
+	require.Eventually(t, func() bool {
+		r := a.call(t, "POST", "/api/v1/chat", key, chatBody("warm the key cache"))
+		require.Equal(t, 200, r.status, "%s", r.raw)
+		requestID = r.header.Get("X-Request-Id")
+		return a.verifier.Stats().Hits > hits
+	}, 10*time.Second, 10*time.Millisecond)
+	return requestID
+}
+
+// TestPostgresDownAnswers503 stops PostgreSQL (its connections refused):
+// every route that needs the database answers 503 service_unavailable in
+// its envelope, which the client may send again, never 500 internal_error.
+func TestPostgresDownAnswers503(t *testing.T) {
+	u, err := url.Parse(storetest.DatabaseURL(t))
+	require.NoError(t, err)
+	direct := u.String()
+	relay := storetest.StartRelay(t, u.Host)
+	u.Host = relay.Addr()
+	a := startTestApp(t, func(c *serveConfig) { c.DB.URL = u.String() })
+	tn := newTenant(t, direct, "pg-down@example.com")
+	id := warmKey(t, a, tn.key)
+	login := a.call(t, "POST", "/api/v1/device/code", "", nil)
+	require.Equal(t, 200, login.status, "%s", login.raw)
+	relay.Cut()
+
+	routes := []struct {
+		method, path string
+		body         any
+	}{
+		{"GET", "/api/v1/conversations", nil},
+		{"POST", "/api/v1/conversations", map[string]any{"title": "t"}},
+		{"GET", "/api/v1/memories", nil},
+		{"GET", "/api/v1/files", nil},
+		{"POST", "/api/v1/feedback", map[string]any{"request_id": id, "type": "thumbs", "payload": map[string]any{"value": "up"}}},
+		{"GET", "/api/v1/keys", nil},
+		{"GET", "/api/v1/profile", nil},
+		{"GET", "/api/v1/org/memberships", nil},
+		{"GET", "/api/v1/rules/resolved", nil},
+		{"GET", "/api/v1/logs/" + id, nil},
+	}
+	for _, rt := range routes {
+		r := a.call(t, rt.method, rt.path, tn.key, rt.body)
+		require.Equal(t, 503, r.status, "%s %s: %s", rt.method, rt.path, r.raw)
+		require.Equal(t, "service_unavailable", r.body["code"], "%s %s", rt.method, rt.path)
+	}
+	// The sign-in routes answer in their OAuth form.
+	r := a.call(t, "POST", "/api/v1/device/code", "", nil)
+	require.Equal(t, 503, r.status, "%s", r.raw)
+	require.Equal(t, "service_unavailable", r.body["code"])
+	require.Equal(t, "temporarily_unavailable", r.body["error"])
+	req, err := http.NewRequest("POST", "http://"+a.Addr()+"/api/v1/device/token", strings.NewReader(
+		url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:device_code"}, "device_code": {login.body["device_code"].(string)}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r = do(t, req)
+	require.Equal(t, 503, r.status, "%s", r.raw)
+	require.Equal(t, "temporarily_unavailable", r.body["error"])
+	require.NotContains(t, a.logs.String(), `"msg":"request failed"`, "nothing was answered internal_error")
+}
+
+// TestSaturatedLedgerRefusesChat stops PostgreSQL and fills the spool to
+// its bound, where a ledger row can be kept nowhere: billable work is then
+// refused 503 service_unavailable with Retry-After on every wire, before
+// the upstream is called, instead of being served and never billed. Token
+// counting bills nothing and is still served.
+func TestSaturatedLedgerRefusesChat(t *testing.T) {
+	u, err := url.Parse(storetest.DatabaseURL(t))
+	require.NoError(t, err)
+	direct := u.String()
+	relay := storetest.StartRelay(t, u.Host)
+	u.Host = relay.Addr()
+	a := startTestApp(t, func(c *serveConfig) {
+		c.DB.URL = u.String()
+		c.Ledger.QueueSize, c.Ledger.BatchSize, c.Ledger.SpoolMaxBytes = 2, 1, 1<<20
+	})
+	tn := newTenant(t, direct, "ledger-full@example.com")
+	warmKey(t, a, tn.key)
+	relay.Cut()
+	// The writer, behind on its fsyncs, may take rows out of a full queue
+	// into the batch it then holds: fed until it holds one and the queue
+	// stays full.
+	n := 0
+	require.Eventually(t, func() bool {
+		for ; !a.ledger.Saturated(); n++ {
+			a.ledger.Record(&hotpath.UsageRecord{RequestID: fmt.Sprintf("fill-%d", n), At: time.Now(), KeyID: tn.keyID,
+				UserID: tn.userID, OrgID: tn.orgID, Bucket: "apikey", Route: "chat_v1", Status: 200})
+		}
+		time.Sleep(100 * time.Millisecond)
+		return a.ledger.Saturated()
+	}, 20*time.Second, time.Millisecond, "the spool never reached its bound")
+
+	responses := map[string]any{"model": "mira", "max_output_tokens": 16, "input": "hello"}
+	for _, w := range []struct {
+		path string
+		body any
+	}{
+		{"/api/v1/chat", chatBody("hello")}, {"/api/v2/chat", chatBody("hello")},
+		{"/v1/chat/completions", chatBody("hello")}, {"/v1/messages", chatBody("hello")},
+		{"/v1/responses", responses},
+		{"/api/v1/embeddings", map[string]any{"model": "gw-embed", "input": "hello"}},
+	} {
+		r := a.call(t, "POST", w.path, tn.key, w.body)
+		if w.path == "/v1/messages" {
+			require.Equal(t, 529, r.status, "%s: %s", w.path, r.raw)
+			require.Equal(t, "overloaded_error", r.body["error"].(map[string]any)["type"])
+		} else {
+			require.Equal(t, 503, r.status, "%s: %s", w.path, r.raw)
+			require.Contains(t, string(r.raw), `"service_unavailable"`, w.path)
+		}
+		require.Equal(t, "1", r.header.Get("Retry-After"), "%s: %s", w.path, r.raw)
+	}
+	r := a.call(t, "POST", "/api/v1/tokens/count", tn.key, chatBody("hello"))
+	require.Equal(t, 200, r.status, "%s", r.raw)
 }
