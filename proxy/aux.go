@@ -54,13 +54,18 @@ func (c *AuxConfig) Validate() error {
 		return fmt.Errorf("guard_concurrency: must not be negative")
 	}
 	if c.EmbedMaxDimensions == 0 {
-		c.EmbedMaxDimensions = 4096
+		c.EmbedMaxDimensions = DefaultEmbedMaxDimensions
 	}
 	if c.EmbedMaxDimensions < 0 {
 		return fmt.Errorf("embed_max_dimensions: must not be negative")
 	}
 	return nil
 }
+
+// DefaultEmbedMaxDimensions is the largest embedding the embed tier is
+// assumed to make when aux.embed_max_dimensions is not set: the
+// simulator's.
+const DefaultEmbedMaxDimensions = 4096
 
 // The rerank wires.
 const (

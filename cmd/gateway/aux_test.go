@@ -522,3 +522,14 @@ func TestAuxDeadlineAndBreaker(t *testing.T) {
 	require.Equal(t, 200, ta.call(t, "POST", "/api/v1/rerank", ten.key, map[string]any{"model": "gw-rerank", "query": "a", "documents": []any{"a"}}).status,
 		"each tier has its own breaker")
 }
+
+// Memory asks the embed tier for its vectors, so it may not ask for longer
+// ones than the tier makes.
+func TestMemoryEmbedDimensionsWithinTheEmbedBound(t *testing.T) {
+	_, err := loadSettings(writeConfig(t, "memory:\n  embed_dimensions: 8192\n"))
+	require.ErrorContains(t, err, "memory.embed_dimensions: 8192 is more than aux.embed_max_dimensions (4096)")
+	_, err = loadSettings(writeConfig(t, "aux:\n  embed_max_dimensions: 256\nmemory:\n  embed_dimensions: 512\n"))
+	require.ErrorContains(t, err, "aux.embed_max_dimensions (256)")
+	_, err = loadSettings(writeConfig(t, "aux:\n  embed_max_dimensions: 8192\nmemory:\n  embed_dimensions: 8192\n"))
+	require.NoError(t, err)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -288,6 +289,11 @@ func loadSettings(path string) (settings, error) {
 		}
 		if st.Memory, err = loadMemory(fc.Memory, tiers); err != nil {
 			return st, err
+		}
+		// Memory's vectors come from the embed tier, which makes none longer.
+		if top := cmp.Or(st.EmbedMaxDimensions, proxy.DefaultEmbedMaxDimensions); st.Memory.EmbedDimensions > top {
+			return st, fmt.Errorf("config memory.embed_dimensions: %d is more than aux.embed_max_dimensions (%d)",
+				st.Memory.EmbedDimensions, top)
 		}
 	}
 	for i := range tiers {
