@@ -106,12 +106,9 @@ func ledgerRows(t *testing.T, dbURL, keyID string) (rows, ids int64) {
 // answered, those served during the outage without rate-limit headers, a
 // log line and the metric say so, and every ledger row is there once.
 func TestRedisDiesUnderLoad(t *testing.T) {
-	u, err := url.Parse(storetest.RedisURL(t))
-	require.NoError(t, err)
-	relay := storetest.StartRelay(t, u.Host)
-	u.Host = relay.Addr()
+	_, relayed, relay := behindRelay(t, storetest.RedisURL(t))
 	plans := writePlans(t, loadPlan)
-	a := startTestApp(t, func(c *serveConfig) { c.RedisURL, c.ConfigPath = u.String(), plans })
+	a := startTestApp(t, func(c *serveConfig) { c.RedisURL, c.ConfigPath = relayed, plans })
 	tn := newTenant(t, a.dbURL, "redis-dies@example.com", "--spend-cap-usd", "100")
 
 	stop := make(chan struct{})
@@ -141,17 +138,24 @@ func TestRedisDiesUnderLoad(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "one ledger row per request")
 }
 
+// behindRelay puts a relay the test can cut in front of the service at
+// rawURL: the service's own URL, the URL through the relay, and the relay.
+func behindRelay(t *testing.T, rawURL string) (direct, relayed string, relay *storetest.Relay) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	relay = storetest.StartRelay(t, u.Host)
+	u.Host = relay.Addr()
+	return rawURL, u.String(), relay
+}
+
 // TestPostgresDiesUnderLoad cuts PostgreSQL while chat runs: a cached key
 // keeps working, every request is answered, the ledger spools, and once
 // PostgreSQL is back every row is in it exactly once.
 func TestPostgresDiesUnderLoad(t *testing.T) {
-	u, err := url.Parse(storetest.DatabaseURL(t))
-	require.NoError(t, err)
-	direct := u.String()
-	relay := storetest.StartRelay(t, u.Host)
-	u.Host = relay.Addr()
+	direct, relayed, relay := behindRelay(t, storetest.DatabaseURL(t))
 	plans := writePlans(t, loadPlan)
-	a := startTestApp(t, func(c *serveConfig) { c.DB.URL, c.ConfigPath = u.String(), plans })
+	a := startTestApp(t, func(c *serveConfig) { c.DB.URL, c.ConfigPath = relayed, plans })
 	tn := newTenant(t, direct, "pg-dies@example.com", "--spend-cap-usd", "100")
 	require.Equal(t, 200, a.call(t, "POST", "/api/v1/chat", tn.key, chatBody("warm the key cache")).status)
 
@@ -200,12 +204,8 @@ func warmKey(t *testing.T, a *testApp, key string) (requestID string) {
 // every route that needs the database answers 503 service_unavailable in
 // its envelope, which the client may send again, never 500 internal_error.
 func TestPostgresDownAnswers503(t *testing.T) {
-	u, err := url.Parse(storetest.DatabaseURL(t))
-	require.NoError(t, err)
-	direct := u.String()
-	relay := storetest.StartRelay(t, u.Host)
-	u.Host = relay.Addr()
-	a := startTestApp(t, func(c *serveConfig) { c.DB.URL = u.String() })
+	direct, relayed, relay := behindRelay(t, storetest.DatabaseURL(t))
+	a := startTestApp(t, func(c *serveConfig) { c.DB.URL = relayed })
 	tn := newTenant(t, direct, "pg-down@example.com")
 	id := warmKey(t, a, tn.key)
 	login := a.call(t, "POST", "/api/v1/device/code", "", nil)
@@ -253,13 +253,9 @@ func TestPostgresDownAnswers503(t *testing.T) {
 // the upstream is called, instead of being served and never billed. Token
 // counting bills nothing and is still served.
 func TestSaturatedLedgerRefusesChat(t *testing.T) {
-	u, err := url.Parse(storetest.DatabaseURL(t))
-	require.NoError(t, err)
-	direct := u.String()
-	relay := storetest.StartRelay(t, u.Host)
-	u.Host = relay.Addr()
+	direct, relayed, relay := behindRelay(t, storetest.DatabaseURL(t))
 	a := startTestApp(t, func(c *serveConfig) {
-		c.DB.URL = u.String()
+		c.DB.URL = relayed
 		c.Ledger.QueueSize, c.Ledger.BatchSize, c.Ledger.SpoolMaxBytes = 2, 1, 1<<20
 	})
 	tn := newTenant(t, direct, "ledger-full@example.com")
