@@ -11,9 +11,10 @@ const canPeek = true
 // peeker peeks at one socket: one byte, without taking it and without
 // waiting. Its method value is made once, so a sweep allocates nothing.
 type peeker struct {
-	gone bool
-	buf  [1]byte
-	fn   func(fd uintptr)
+	gone    bool
+	waiting bool // a byte is there to read
+	buf     [1]byte
+	fn      func(fd uintptr)
 }
 
 var sweepPeeker = func() *peeker {
@@ -28,6 +29,7 @@ func (p *peeker) peek(fd uintptr) {
 	switch errno {
 	case 0:
 		p.gone = n == 0 // end of stream: the client closed (or half-closed)
+		p.waiting = n > 0
 	case syscall.EAGAIN, syscall.EINTR:
 		p.gone = false // nothing to read: the client is there
 	default:
@@ -54,4 +56,11 @@ func clientGoneNow(rc syscall.RawConn) bool {
 		return true
 	}
 	return p.gone
+}
+
+// bytesWaiting reports whether the client at the other end of rc has sent
+// bytes not yet read, leaving them where they are.
+func bytesWaiting(rc syscall.RawConn) bool {
+	p := &peeker{}
+	return rc.Control(p.peek) == nil && p.waiting
 }

@@ -11,3 +11,5 @@ const canPeek = false
 func clientGone(syscall.RawConn) bool { return false }
 
 func clientGoneNow(syscall.RawConn) bool { return false }
+
+func bytesWaiting(syscall.RawConn) bool { return false }

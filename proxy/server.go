@@ -587,6 +587,20 @@ var aLongTimeAgo = time.Unix(1, 0)
 // pipelined request, or the start of one — so that none is lost when the
 // connection is handed back. buf is scratch space.
 func takeOver(conn net.Conn, ahead, buf []byte) (net.Conn, []byte) {
+	ahead = readPending(conn, ahead, buf)
+	if u, ok := conn.(interface{ UnsafeConn() net.Conn }); ok {
+		conn = u.UnsafeConn()
+	}
+	if k, ok := conn.(*keptConn); ok {
+		ahead = append(ahead, k.ahead...)
+		conn = k.Conn
+	}
+	return conn, ahead
+}
+
+// readPending appends to ahead what conn has already received, reading
+// through buf without waiting for more.
+func readPending(conn net.Conn, ahead, buf []byte) []byte {
 	if err := conn.SetReadDeadline(aLongTimeAgo); err == nil {
 		for {
 			n, err := conn.Read(buf)
@@ -597,14 +611,7 @@ func takeOver(conn net.Conn, ahead, buf []byte) (net.Conn, []byte) {
 		}
 		_ = conn.SetReadDeadline(time.Time{})
 	}
-	if u, ok := conn.(interface{ UnsafeConn() net.Conn }); ok {
-		conn = u.UnsafeConn()
-	}
-	if k, ok := conn.(*keptConn); ok {
-		ahead = append(ahead, k.ahead...)
-		conn = k.Conn
-	}
-	return conn, ahead
+	return ahead
 }
 
 // largeBody returns the LargeBody rule of the request's route, or nil.

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -221,12 +222,35 @@ func (t *turn) write(c net.Conn, resp *fasthttp.Response, owned bool) {
 // neither the client nor shutdown asked to close, and its deadline is
 // cleared (the server sets its own). Once shutdown's grace has ended it
 // goes back only when the client already began its next request behind
-// the stream (t.ahead): the server then refuses that request 503
+// the stream, whether the server had read it before the stream took the
+// connection over (t.ahead) or it has arrived since (read now, without
+// waiting; only during shutdown): the server then refuses that request 503
 // server_shutting_down with Connection: close, as it refuses any request
 // on a kept connection then, instead of the connection closing under it
 // unanswered.
 func (t *turn) keepConn(conn net.Conn, owned bool) bool {
-	return owned && !t.lastConn && (!t.ch.closing.Load() || len(t.ahead) > 0) && conn.SetDeadline(time.Time{}) == nil
+	if !owned || t.lastConn {
+		return false
+	}
+	if t.ch.closing.Load() && len(t.ahead) == 0 && !t.inputWaiting(conn) {
+		return false
+	}
+	return conn.SetDeadline(time.Time{}) == nil
+}
+
+// inputWaiting reports whether the client has sent on conn what nobody has
+// read yet: on a socket, bytes in its receive buffer, left there for the
+// server; on anything else (a pipe), what it holds, moved to t.ahead.
+func (t *turn) inputWaiting(conn net.Conn) bool {
+	if sc, ok := conn.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			return bytesWaiting(rc)
+		}
+	}
+	scratch := scratchPool.Get().(*[scratchSize]byte)
+	t.ahead = readPending(conn, t.ahead, scratch[:])
+	scratchPool.Put(scratch)
+	return len(t.ahead) > 0
 }
 
 // end frees everything the stream held, once, however it ended: conn is
@@ -257,7 +281,7 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 	t.account(&c.Usage)
 	c.Ender.End(c, status, cerr)
 	releaseTurn(t)
-	if keep && ch.closing.Load() && len(next.(*keptConn).ahead) > 0 {
+	if keep && ch.closing.Load() {
 		// The grace has ended (keepConn): the request waiting behind the
 		// stream is refused before the stream counts as ended, since
 		// shutdown waits for streams (Drain), not for the connections
