@@ -332,13 +332,24 @@ func TestShutdownClosesIdleConnectionsAStreamHandedBack(t *testing.T) {
 // dropped with the connection; nothing of it reaches the upstream.
 func TestRequestPipelinedBehindAStreamEndingAfterTheGraceIsRefused(t *testing.T) {
 	const plainBody = `{"model":"mira","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
-	for _, c := range []struct {
+	type pipelined struct {
 		name, path, want string
-		split            int // bytes of the pipelined request sent only after the stream ended
-	}{
-		{"whole", "/v1/messages", `"type":"overloaded_error"`, 0},
-		{"head begun", "/api/v1/chat", `"code":"server_shutting_down"`, 20},
-	} {
+		split            int  // bytes of the pipelined request sent only after the stream ended
+		late             bool // sent once the stream has taken the connection over
+		tcp              bool // on a loopback socket, not in memory
+	}
+	var cases []pipelined
+	for _, tcp := range []bool{false, true} {
+		net := " in memory"
+		if tcp {
+			net = " over TCP"
+		}
+		cases = append(cases,
+			pipelined{"whole" + net, "/v1/messages", `"type":"overloaded_error"`, 0, false, tcp},
+			pipelined{"head begun" + net, "/api/v1/chat", `"code":"server_shutting_down"`, 20, false, tcp},
+			pipelined{"sent during the stream" + net, "/api/v1/chat", `"code":"server_shutting_down"`, 0, true, tcp})
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			release := make(chan struct{})
 			up := newFakeUpstream(t, func(ctx *fasthttp.RequestCtx) {
@@ -352,6 +363,7 @@ func TestRequestPipelinedBehindAStreamEndingAfterTheGraceIsRefused(t *testing.T)
 			f := newChatFixture(t, func(o *fixtureOptions) {
 				o.dial = up.dial
 				o.upstream = func(c *UpstreamConfig) { c.StreamIdle = time.Minute }
+				o.tcp = c.tcp
 			})
 			rc := f.dialRaw(t)
 			var next strings.Builder
@@ -359,9 +371,18 @@ func TestRequestPipelinedBehindAStreamEndingAfterTheGraceIsRefused(t *testing.T)
 				"Content-Length: %d\r\n\r\n%s", c.path, f.key, len(plainBody), plainBody)
 			pipelined := next.String()
 			rc.send(t, f, "HTTP/1.1", "POST", "/v1/chat/completions", streamBody("hi"))
-			_, err := io.WriteString(rc.c, pipelined[:len(pipelined)-c.split])
-			require.NoError(t, err)
+			if !c.late {
+				_, err := io.WriteString(rc.c, pipelined[:len(pipelined)-c.split])
+				require.NoError(t, err)
+			}
 			require.Eventually(t, func() bool { return up.calls.Load() == 1 }, 2*time.Second, time.Millisecond)
+			if c.late {
+				// The upstream is called once the stream owns the
+				// connection: these bytes reach its socket, not the
+				// server's buffer.
+				_, err := io.WriteString(rc.c, pipelined)
+				require.NoError(t, err)
+			}
 
 			// The grace passes while the stream waits for its upstream;
 			// then it ends.
