@@ -52,6 +52,16 @@ func (r *rawConn) send(t *testing.T, f *chatFixture, proto, method, path, body s
 	require.NoError(t, err)
 }
 
+// exchange writes req as it is and reads its response whole.
+func (r *rawConn) exchange(t *testing.T, req string) (*http.Response, []byte) {
+	t.Helper()
+	_, err := io.WriteString(r.c, req)
+	require.NoError(t, err)
+	resp, body, err := r.read(t)
+	require.NoError(t, err)
+	return resp, body
+}
+
 // read reads one response and its whole body; err is what reading the body
 // ended with.
 func (r *rawConn) read(t *testing.T) (resp *http.Response, body []byte, err error) {
