@@ -163,7 +163,13 @@ func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breake
 	dial := cfg.Dial
 	if dial == nil {
 		d := &fasthttp.TCPDialer{Concurrency: 0}
-		dial = func(a string) (net.Conn, error) { return d.DialTimeout(a, 5*time.Second) }
+		dial = func(a string) (net.Conn, error) {
+			c, err := d.DialTimeout(a, 5*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			return holdWrites(c), nil
+		}
 	}
 	newClient := func(idle time.Duration, maxConns int) *fasthttp.HostClient {
 		hc := &fasthttp.HostClient{

@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"syscall"
+)
+
+// heldConn holds what the upstream client writes until the client reads
+// the answer, then sends it and waits for the answer in one step.
+//
+// A socket read tried right after a request is sent finds nothing (the
+// upstream has not answered yet): it costs a system call that returns
+// EAGAIN before the poller parks the reader, about as much as a whole
+// read on this kind of machine. Sent from inside the raw connection's read
+// callback, the request goes out after the poller has been armed for the
+// answer, so the first read is tried only once the answer is there and no
+// readiness can be missed: nothing can arrive on an HTTP/1.1 connection
+// before its request is sent.
+//
+// Only a request/response client may use it: whatever it writes must be
+// followed by a read (or a Close, which sends what is held).
+type heldConn struct {
+	*net.TCPConn
+	raw  syscall.RawConn
+	held []byte
+}
+
+// heldMax bounds what is held: a larger request is written as it comes.
+const heldMax = 64 << 10
+
+// holdWrites wraps a TCP connection; other connections are returned as
+// they are.
+func holdWrites(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &heldConn{TCPConn: tc, raw: raw}
+}
+
+func (c *heldConn) Write(p []byte) (int, error) {
+	if len(c.held)+len(p) > heldMax {
+		if err := c.flush(); err != nil {
+			return 0, err
+		}
+		return c.TCPConn.Write(p)
+	}
+	c.held = append(c.held, p...)
+	return len(p), nil
+}
+
+// flush writes what is held the ordinary way.
+func (c *heldConn) flush() error {
+	if len(c.held) == 0 {
+		return nil
+	}
+	_, err := c.TCPConn.Write(c.held)
+	c.held = c.held[:0]
+	return err
+}
+
+func (c *heldConn) Read(p []byte) (int, error) {
+	if len(c.held) == 0 || len(p) == 0 {
+		return c.TCPConn.Read(p)
+	}
+	var (
+		n       int
+		readErr error
+		sent    bool
+		sendErr error
+	)
+	err := c.raw.Read(func(fd uintptr) bool {
+		if !sent {
+			sent = true
+			for len(c.held) > 0 {
+				w, err := syscall.Write(int(fd), c.held)
+				if err == syscall.EINTR {
+					continue
+				}
+				if err != nil || w <= 0 {
+					if err != syscall.EAGAIN {
+						sendErr = err
+						if sendErr == nil {
+							sendErr = io.ErrShortWrite
+						}
+					}
+					return true // the rest goes out the ordinary way
+				}
+				c.held = c.held[:copy(c.held, c.held[w:])]
+			}
+			return false // wait for the answer
+		}
+		for {
+			n, readErr = syscall.Read(int(fd), p)
+			if readErr != syscall.EINTR {
+				break
+			}
+		}
+		return readErr != syscall.EAGAIN
+	})
+	switch {
+	case sendErr != nil:
+		c.held = c.held[:0]
+		return 0, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: sendErr}
+	case len(c.held) > 0:
+		if err := c.flush(); err != nil {
+			return 0, err
+		}
+		return c.TCPConn.Read(p)
+	case err != nil:
+		var op *net.OpError
+		if errors.As(err, &op) {
+			op.Op = "read" // not "raw-read": the caller asked for a read
+		}
+		return 0, err
+	case readErr != nil:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: readErr}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// Close tries once, without waiting, to send what is held (a TLS close
+// alert, say) before it closes.
+func (c *heldConn) Close() error {
+	if len(c.held) > 0 {
+		_ = c.raw.Write(func(fd uintptr) bool {
+			_, _ = syscall.Write(int(fd), c.held)
+			return true
+		})
+		c.held = c.held[:0]
+	}
+	return c.TCPConn.Close()
+}
