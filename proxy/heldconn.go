@@ -20,7 +20,11 @@ import (
 // before its request is sent.
 //
 // Only a request/response client may use it: whatever it writes must be
-// followed by a read (or a Close, which sends what is held).
+// followed by a read. What is held when the connection closes is dropped:
+// a request whose answer nobody will read, or a TLS close alert (a peer
+// sees the connection end as it would have without one). Close may come
+// from another goroutine (a departed stream's client closes its upstream
+// connection), so it does not touch what is held.
 type heldConn struct {
 	*net.TCPConn
 	raw  syscall.RawConn
@@ -66,8 +70,11 @@ func (c *heldConn) flush() error {
 }
 
 func (c *heldConn) Read(p []byte) (int, error) {
-	if len(c.held) == 0 || len(p) == 0 {
+	if len(c.held) == 0 {
 		return c.TCPConn.Read(p)
+	}
+	if len(p) == 0 {
+		return 0, c.flush()
 	}
 	var (
 		n       int
@@ -108,34 +115,26 @@ func (c *heldConn) Read(p []byte) (int, error) {
 	case sendErr != nil:
 		c.held = c.held[:0]
 		return 0, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: sendErr}
-	case len(c.held) > 0:
-		if err := c.flush(); err != nil {
-			return 0, err
-		}
-		return c.TCPConn.Read(p)
 	case err != nil:
+		// The read could not begin (the connection closed, its deadline
+		// passed) or its wait ended so: nothing of this exchange will be
+		// read, so what was not sent never will be.
+		c.held = c.held[:0]
 		var op *net.OpError
 		if errors.As(err, &op) {
 			op.Op = "read" // not "raw-read": the caller asked for a read
 		}
 		return 0, err
+	case len(c.held) > 0:
+		// The socket took part of it: the rest goes the ordinary way.
+		if err := c.flush(); err != nil {
+			return 0, err
+		}
+		return c.TCPConn.Read(p)
 	case readErr != nil:
 		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: readErr}
 	case n == 0:
 		return 0, io.EOF
 	}
 	return n, nil
-}
-
-// Close tries once, without waiting, to send what is held (a TLS close
-// alert, say) before it closes.
-func (c *heldConn) Close() error {
-	if len(c.held) > 0 {
-		_ = c.raw.Write(func(fd uintptr) bool {
-			_, _ = syscall.Write(int(fd), c.held)
-			return true
-		})
-		c.held = c.held[:0]
-	}
-	return c.TCPConn.Close()
 }
