@@ -131,7 +131,7 @@ type chatMetrics struct {
 	maxGap                         *metrics.Histogram
 	estimated                      *metrics.Counter
 	streamsBroken, clientGone      *metrics.Counter
-	retries                        *metrics.Counter
+	retries, redials               *metrics.Counter
 	oversize                       *metrics.Counter
 	gate                           *metrics.Histogram
 	gateFailOpen                   *metrics.Counter
@@ -201,6 +201,7 @@ func NewChat(cfg ChatConfig) (*Chat, error) {
 		streamsBroken:  s.NewCounter(`gateway_chat_streams_broken_total`),
 		clientGone:     s.NewCounter(`gateway_chat_client_disconnects_total`),
 		retries:        s.NewCounter(`gateway_chat_upstream_retries_total`),
+		redials:        s.NewCounter(`gateway_chat_upstream_redials_total`),
 		oversize:       s.NewCounter(`gateway_chat_upstream_oversize_total`),
 		gate:           s.NewHistogram(`gateway_chat_moderation_gate_seconds`),
 		gateFailOpen:   s.NewCounter(`gateway_chat_moderation_gate_fail_open_total`),
@@ -1050,7 +1051,9 @@ func (t *turn) call(client *fasthttp.HostClient, req *fasthttp.Request, resp *fa
 // deadline, ends the request at once with it (bounded) as the answer's
 // Retry-After. The gateway's own retries of one request are one request
 // to the breaker; a breaker that is no longer closed (this request is its
-// probe, or another request opened it) ends the retries.
+// probe, or another request opened it) ends the retries. An attempt is
+// one call of doFresh: a pooled connection the upstream had closed is
+// neither an attempt nor a failure of the tier.
 func (t *turn) exchange(client *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, judge bool) *codec.Error {
 	up := t.up
 	br := up.Breaker
@@ -1061,8 +1064,11 @@ func (t *turn) exchange(client *fasthttp.HostClient, req *fasthttp.Request, resp
 			sp = t.startUpstream(req, i)
 		}
 		began := time.Now()
-		err := client.DoDeadline(req, resp, deadline)
+		redialled, err := doFresh(client, req, resp, deadline)
 		t.upstream += time.Since(began)
+		if redialled {
+			t.ch.m.redials.Inc()
+		}
 		v := t.classify(resp, err)
 		if sp != nil {
 			endUpstream(sp, resp, err, v)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 )
 
 // heldConn holds what the upstream client writes until the client reads
@@ -29,10 +30,22 @@ type heldConn struct {
 	*net.TCPConn
 	raw  syscall.RawConn
 	held []byte
+	// last is when the connection was dialled or last read from.
+	last time.Time
 }
 
 // heldMax bounds what is held: a larger request is written as it comes.
 const heldMax = 64 << 10
+
+// heldFresh is how recently a connection must have been read from for its
+// request to be held. An upstream may close a connection that sits idle,
+// and the poller's readiness for that end is forgotten when the next read
+// begins; a peer that only half-closes (and drains what it is sent, as a
+// lingering close does) answers the request with no reset, so a held
+// request would wait for its deadline. A connection idle longer than this
+// is written and read the ordinary way, whose first read finds the end at
+// once. Upstreams keep idle connections for seconds, not milliseconds.
+const heldFresh = 100 * time.Millisecond
 
 // holdWrites wraps a TCP connection; other connections are returned as
 // they are.
@@ -45,7 +58,7 @@ func holdWrites(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &heldConn{TCPConn: tc, raw: raw}
+	return &heldConn{TCPConn: tc, raw: raw, last: time.Now()}
 }
 
 func (c *heldConn) Write(p []byte) (int, error) {
@@ -70,12 +83,22 @@ func (c *heldConn) flush() error {
 }
 
 func (c *heldConn) Read(p []byte) (int, error) {
-	if len(c.held) == 0 {
-		return c.TCPConn.Read(p)
+	if len(c.held) > 0 && len(p) > 0 && time.Since(c.last) < heldFresh {
+		return c.sendAndRead(p)
 	}
-	if len(p) == 0 {
-		return 0, c.flush()
+	if err := c.flush(); err != nil {
+		return 0, err
 	}
+	n, err := c.TCPConn.Read(p)
+	if n > 0 {
+		c.last = time.Now()
+	}
+	return n, err
+}
+
+// sendAndRead sends what is held from inside the read that waits for the
+// answer.
+func (c *heldConn) sendAndRead(p []byte) (int, error) {
 	var (
 		n       int
 		readErr error
@@ -136,5 +159,6 @@ func (c *heldConn) Read(p []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
+	c.last = time.Now()
 	return n, nil
 }

@@ -295,3 +295,19 @@ func TestHeldConnClosedWhileReading(t *testing.T) {
 	err = <-done
 	require.ErrorIs(t, err, net.ErrClosed)
 }
+
+// A connection that sat idle is written and read the ordinary way: a peer
+// that half-closed it meanwhile (a lingering close drains what it is sent
+// and never resets) is found at the first read, where a held request
+// would wait for its deadline, the poller having forgotten the end it saw.
+func TestHeldConnIdleHalfClosedPeerEndsAtOnce(t *testing.T) {
+	c, srv := heldPair(t)
+	require.NoError(t, srv.(*net.TCPConn).CloseWrite())
+	go func() { _, _ = io.Copy(io.Discard, srv) }() // lingering: drain, never reset
+	time.Sleep(heldFresh + 50*time.Millisecond)     // the end arrives; the poller sees it
+	_, err := c.Write([]byte("POST / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = c.Read(make([]byte, 64))
+	require.ErrorIs(t, err, io.EOF, "the end is found at once, not at the deadline")
+}

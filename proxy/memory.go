@@ -390,7 +390,7 @@ func (e *Extractor) Extract(ctx context.Context, user, answer string) ([]memory.
 		req.Header.Set("Authorization", e.up.auth)
 	}
 	req.SetBodyRaw(body)
-	if err := e.up.plain.DoDeadline(req, resp, deadline); err != nil {
+	if _, err := doFresh(e.up.plain, req, resp, deadline); err != nil {
 		return nil, fmt.Errorf("cannot call extractor: %w", err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
@@ -463,7 +463,7 @@ func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, erro
 		req.Header.Set("Authorization", e.up.auth)
 	}
 	req.SetBodyRaw(body)
-	if err := e.up.plain.DoDeadline(req, resp, deadline); err != nil {
+	if _, err := doFresh(e.up.plain, req, resp, deadline); err != nil {
 		return nil, fmt.Errorf("cannot call the embed tier: %w", err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {

@@ -107,7 +107,7 @@ func (u *Upstream) probe(ctx context.Context, body []byte, answered func([]byte)
 	if !ok {
 		deadline = time.Now().Add(10 * time.Second)
 	}
-	err := u.plain.DoDeadline(req, resp, deadline)
+	_, err := doFresh(u.plain, req, resp, deadline)
 	switch {
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return &ProbeFailure{Class: "timeout"}

@@ -3,9 +3,11 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -300,3 +302,25 @@ var errClientGone = errors.New("the client left the stream")
 
 // Retries is how many times a failed attempt is retried.
 func (up *Upstream) Retries() int { return up.cfg.Retries }
+
+// doFresh sends req on client. A pooled connection the upstream closed
+// while it was idle (a keep-alive timeout shorter than the pool's) fails
+// before any answer: an end of stream before the first byte (fasthttp's
+// ErrConnectionClosed), or a reset or broken pipe when the request reached
+// a closed socket. Idle connections that old are likely all closed, so the
+// pool's idle connections are closed and req is sent once more, at once,
+// on a new connection. It reports whether it did.
+func doFresh(client *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (bool, error) {
+	err := client.DoDeadline(req, resp, deadline)
+	if !staleConn(err) || !time.Now().Before(deadline) {
+		return false, err
+	}
+	client.CloseIdleConnections()
+	_ = resp.CloseBodyStream()
+	return true, client.DoDeadline(req, resp, deadline)
+}
+
+func staleConn(err error) bool {
+	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}

@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// An upstream closes idle connections after its keep-alive timeout (200 ms
+// here; uvicorn's is 5 s), while the gateway keeps them pooled for longer.
+// The first request after a pause draws a closed connection: the pool's
+// idle connections are closed and the request is sent again on a new one
+// at once, not failed, backed off, or counted against the tier. Before,
+// each attempt drew another closed connection and the request failed
+// 503 model_unavailable.
+func TestStalePooledUpstreamConnectionsAreRedialled(t *testing.T) {
+	const burst = 6
+	var (
+		mu      sync.Mutex
+		waiting int
+		release = make(chan struct{})
+		served  atomic.Int64
+	)
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The burst's requests wait for one another, so that each holds
+		// a connection of its own.
+		mu.Lock()
+		waiting++
+		if waiting == burst {
+			close(release)
+		}
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-time.After(5 * time.Second):
+		}
+		served.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"u","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`))
+	}))
+	upstream.Config.IdleTimeout = 200 * time.Millisecond
+	upstream.Start()
+	t.Cleanup(upstream.Close)
+
+	f := newChatFixture(t, func(o *fixtureOptions) {
+		o.upstream = func(uc *UpstreamConfig) {
+			uc.BaseURL, uc.Dial = upstream.URL+"/v1", nil
+		}
+	})
+	var wg sync.WaitGroup
+	for range burst {
+		wg.Go(func() {
+			r := f.post(t, "/v1/chat/completions", chatBody(""))
+			require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(burst), served.Load())
+
+	time.Sleep(500 * time.Millisecond) // the upstream closes every idle connection
+	for range 3 {
+		r := f.post(t, "/v1/chat/completions", chatBody(""))
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.True(t, strings.Contains(string(r.body), `"hello"`), "%s", r.body)
+	}
+	require.Equal(t, 1.0, metricValue(t, f, "gateway_chat_upstream_redials_total"), "one redial: the pool was emptied")
+	require.Equal(t, 0.0, metricValue(t, f, "gateway_chat_upstream_retries_total"), "no attempt failed")
+}
