@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -30,12 +31,30 @@ type heldConn struct {
 	*net.TCPConn
 	raw  syscall.RawConn
 	held []byte
+	box  *[]byte // held's buffer, from heldBufs: nil when nothing is held
+
+	// The raw read's callback and its state, kept here so that a read
+	// allocates nothing (a closure passed to the raw connection would).
+	onReadable func(fd uintptr) bool
+	rp         []byte
+	rn         int
+	rerr       error
+	sent       bool
+	sendErr    error
 	// last is when the connection was dialled or last read from.
 	last time.Time
 }
 
 // heldMax bounds what is held: a larger request is written as it comes.
 const heldMax = 64 << 10
+
+// heldBufs lends the buffers requests are held in: a connection keeps one
+// only while it holds a request, so an open stream's connection, or an
+// idle one, keeps none.
+var heldBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 2048)
+	return &b
+}}
 
 // heldFresh is how recently a connection must have been read from for its
 // request to be held. An upstream may close a connection that sits idle,
@@ -58,7 +77,41 @@ func holdWrites(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &heldConn{TCPConn: tc, raw: raw, last: time.Now()}
+	hc := &heldConn{TCPConn: tc, raw: raw, last: time.Now()}
+	hc.onReadable = hc.sendThenRead
+	return hc
+}
+
+// sendThenRead is the raw read's callback: its first call sends what is
+// held and waits for the answer (false), the next ones read it.
+func (c *heldConn) sendThenRead(fd uintptr) bool {
+	if !c.sent {
+		c.sent = true
+		for len(c.held) > 0 {
+			w, err := syscall.Write(int(fd), c.held)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil || w <= 0 {
+				if err != syscall.EAGAIN {
+					c.sendErr = err
+					if c.sendErr == nil {
+						c.sendErr = io.ErrShortWrite
+					}
+				}
+				return true // the rest goes out the ordinary way
+			}
+			c.held = c.held[:copy(c.held, c.held[w:])]
+		}
+		return false // wait for the answer
+	}
+	for {
+		c.rn, c.rerr = syscall.Read(int(fd), c.rp)
+		if c.rerr != syscall.EINTR {
+			break
+		}
+	}
+	return c.rerr != syscall.EAGAIN
 }
 
 func (c *heldConn) Write(p []byte) (int, error) {
@@ -68,8 +121,21 @@ func (c *heldConn) Write(p []byte) (int, error) {
 		}
 		return c.TCPConn.Write(p)
 	}
+	if c.box == nil {
+		c.box = heldBufs.Get().(*[]byte)
+		c.held = (*c.box)[:0]
+	}
 	c.held = append(c.held, p...)
 	return len(p), nil
+}
+
+// release gives the buffer back: nothing is held any more.
+func (c *heldConn) release() {
+	if c.box != nil && cap(c.held) <= heldMax {
+		*c.box = c.held[:0]
+		heldBufs.Put(c.box)
+	}
+	c.held, c.box = nil, nil
 }
 
 // flush writes what is held the ordinary way.
@@ -78,7 +144,7 @@ func (c *heldConn) flush() error {
 		return nil
 	}
 	_, err := c.TCPConn.Write(c.held)
-	c.held = c.held[:0]
+	c.release()
 	return err
 }
 
@@ -99,50 +165,22 @@ func (c *heldConn) Read(p []byte) (int, error) {
 // sendAndRead sends what is held from inside the read that waits for the
 // answer.
 func (c *heldConn) sendAndRead(p []byte) (int, error) {
-	var (
-		n       int
-		readErr error
-		sent    bool
-		sendErr error
-	)
-	err := c.raw.Read(func(fd uintptr) bool {
-		if !sent {
-			sent = true
-			for len(c.held) > 0 {
-				w, err := syscall.Write(int(fd), c.held)
-				if err == syscall.EINTR {
-					continue
-				}
-				if err != nil || w <= 0 {
-					if err != syscall.EAGAIN {
-						sendErr = err
-						if sendErr == nil {
-							sendErr = io.ErrShortWrite
-						}
-					}
-					return true // the rest goes out the ordinary way
-				}
-				c.held = c.held[:copy(c.held, c.held[w:])]
-			}
-			return false // wait for the answer
-		}
-		for {
-			n, readErr = syscall.Read(int(fd), p)
-			if readErr != syscall.EINTR {
-				break
-			}
-		}
-		return readErr != syscall.EAGAIN
-	})
+	c.rp, c.rn, c.rerr, c.sent, c.sendErr = p, 0, nil, false, nil
+	err := c.raw.Read(c.onReadable)
+	n, readErr, sendErr := c.rn, c.rerr, c.sendErr
+	c.rp = nil
+	if len(c.held) == 0 {
+		c.release()
+	}
 	switch {
 	case sendErr != nil:
-		c.held = c.held[:0]
+		c.release()
 		return 0, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: sendErr}
 	case err != nil:
 		// The read could not begin (the connection closed, its deadline
 		// passed) or its wait ended so: nothing of this exchange will be
 		// read, so what was not sent never will be.
-		c.held = c.held[:0]
+		c.release()
 		var op *net.OpError
 		if errors.As(err, &op) {
 			op.Op = "read" // not "raw-read": the caller asked for a read
@@ -153,7 +191,7 @@ func (c *heldConn) sendAndRead(p []byte) (int, error) {
 		if err := c.flush(); err != nil {
 			return 0, err
 		}
-		return c.TCPConn.Read(p)
+		return c.Read(p)
 	case readErr != nil:
 		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: readErr}
 	case n == 0:

@@ -311,3 +311,36 @@ func TestHeldConnIdleHalfClosedPeerEndsAtOnce(t *testing.T) {
 	_, err = c.Read(make([]byte, 64))
 	require.ErrorIs(t, err, io.EOF, "the end is found at once, not at the deadline")
 }
+
+// An answered connection keeps no request buffer: an open stream's
+// connection, or an idle pooled one, costs nothing for it.
+func TestHeldConnKeepsNoBufferOnceSent(t *testing.T) {
+	c, hc := echoHeldPair(t)
+	req, ans := []byte("ping"), make([]byte, 64)
+	_, err := c.Write(req)
+	require.NoError(t, err)
+	require.NotNil(t, hc.box, "held until the read")
+	_, err = io.ReadFull(c, ans[:len(req)])
+	require.NoError(t, err)
+	require.Nil(t, hc.box, "nothing held once sent")
+	require.Nil(t, hc.held)
+}
+
+// echoHeldPair is a held connection whose peer echoes what it is sent.
+func echoHeldPair(t *testing.T) (net.Conn, *heldConn) {
+	t.Helper()
+	c, srv := heldPair(t)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, err := srv.Read(buf)
+			if err != nil {
+				return
+			}
+			if _, err := srv.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}()
+	return c, c.(*heldConn)
+}
