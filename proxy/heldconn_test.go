@@ -21,6 +21,7 @@ import (
 
 	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/cputest"
 )
 
 // heldChildEnv, set to a simulator's address, makes the test binary a
@@ -119,7 +120,7 @@ func ownReads() (int64, error) {
 // reads are counted) sends 200 requests, each answered 1 ms later, with
 // the hold and without it.
 func TestUpstreamAnswerTakesOneRead(t *testing.T) {
-	needLinuxProc(t)
+	cputest.NeedProc(t, "/proc/self/io")
 	s := sim.New(sim.Config{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -145,19 +146,6 @@ func TestUpstreamAnswerTakesOneRead(t *testing.T) {
 	// that finds the answer; the control shows the count can see that.
 	require.GreaterOrEqual(t, got[false], int64(heldExchanges*19/10), "without the hold")
 	require.LessOrEqual(t, got[true], int64(heldExchanges*11/10), "with the hold")
-}
-
-// needLinuxProc stops a test that reads /proc where there is none. Under
-// CI, which runs on Linux, a missing /proc is a failure, never a skip.
-func needLinuxProc(t *testing.T) {
-	t.Helper()
-	if _, err := os.Stat("/proc/self/io"); err == nil {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("/proc/self/io is missing and CI runs on Linux")
-	}
-	t.Skip("/proc/self/io is Linux's")
 }
 
 // heldPair is a TCP connection with the hold, and the server's end.

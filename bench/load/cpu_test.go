@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath/cputest"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -49,7 +50,7 @@ func TestParseProcStat(t *testing.T) {
 }
 
 func TestReadProcStatSelf(t *testing.T) {
-	needProc(t)
+	cputest.NeedProc(t, "/proc/self/stat")
 	s, err := ReadProcStat(os.Getpid())
 	require.NoError(t, err)
 	require.Equal(t, os.Getpid(), s.PID)
@@ -62,7 +63,7 @@ func TestReadProcStatSelf(t *testing.T) {
 // A process tree counts its descendants: a shell and the two sleeps it
 // started.
 func TestReadProcTree(t *testing.T) {
-	needProc(t)
+	cputest.NeedProc(t, "/proc/self/stat")
 	cmd := startChild(t, exec.Command("sh", "-c", "sleep 30 & sleep 30 & wait"))
 	require.Eventually(t, func() bool {
 		u, err := ReadProcTree(cmd.Process.Pid)
@@ -74,7 +75,7 @@ func TestReadProcTree(t *testing.T) {
 // generator must: its children are the targets it compares, measured on
 // their own rows.
 func TestProcMeterAlone(t *testing.T) {
-	needProc(t)
+	cputest.NeedProc(t, "/proc/self/stat")
 	alone := &procMeter{proc: Proc{Name: "load generator", PID: os.Getpid(), Alone: true}}
 	tree := &procMeter{proc: Proc{Name: "with children", PID: os.Getpid()}}
 	alone.begin()
@@ -97,7 +98,7 @@ func TestProcMeterAlone(t *testing.T) {
 // A target with a process carries its CPU time over the measured window
 // and its memory at the end; one without carries none, not zeros.
 func TestCompareReportsCPU(t *testing.T) {
-	needProc(t)
+	cputest.NeedProc(t, "/proc/self/stat")
 	base := startSim(t)
 	sc := quick(t, Scenario{Concurrency: 4, Stream: true, ReplyTokens: 8, Duration: 800 * time.Millisecond,
 		Warmup: 100 * time.Millisecond})
@@ -174,7 +175,7 @@ var spinSink int
 // The CPU window is the measured one: a run whose warm-up burns CPU in
 // the measured process, and whose window does not, reports (almost) none.
 func TestCPUWindowExcludesWarmup(t *testing.T) {
-	needProc(t)
+	cputest.NeedProc(t, "/proc/self/stat")
 	base := serve(t, (&arrivals{}).handler("x"))
 	// A child spins through the warm-up, long enough on any machine for
 	// its CPU time to be spent, and the window finds it asleep.
@@ -207,17 +208,4 @@ func startSpinner(t *testing.T) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), spinEnv+"=1")
 	return startChild(t, cmd)
-}
-
-// needProc stops a test that reads /proc where there is none. Under CI,
-// which runs on Linux, a missing /proc is a failure, never a skip.
-func needProc(t *testing.T) {
-	t.Helper()
-	if runtime.GOOS == "linux" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("/proc is Linux's and CI runs on Linux; this is %s", runtime.GOOS)
-	}
-	t.Skip("/proc is Linux's")
 }
