@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath"
 )
 
 // An upstream closes idle connections after its keep-alive timeout (200 ms
@@ -71,4 +74,25 @@ func TestStalePooledUpstreamConnectionsAreRedialled(t *testing.T) {
 	}
 	require.Equal(t, 1.0, metricValue(t, f, "gateway_chat_upstream_redials_total"), "one redial: the pool was emptied")
 	require.Equal(t, 0.0, metricValue(t, f, "gateway_chat_upstream_retries_total"), "no attempt failed")
+}
+
+// A health probe that draws a pooled connection the upstream closed while
+// it was idle is sent again on a new one: the tier is not reported down
+// because its keep-alive timeout is shorter than the pool's.
+func TestProbeRedialsAStalePooledConnection(t *testing.T) {
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"u","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"pong"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`))
+	}))
+	upstream.Config.IdleTimeout = 100 * time.Millisecond
+	upstream.Start()
+	t.Cleanup(upstream.Close)
+	tier := hotpath.DefaultTiers()[0]
+	up, err := NewUpstream(&tier, UpstreamConfig{BaseURL: upstream.URL + "/v1", Model: "m"}, hotpath.NewBreaker(hotpath.BreakerConfig{}, nil))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, up.Probe(ctx, "ping"))
+	time.Sleep(300 * time.Millisecond) // the upstream closes the idle connection
+	require.NoError(t, up.Probe(ctx, "ping"))
 }
