@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -220,10 +221,11 @@ func (m *procMeter) end() {
 // the first at the window's start, after any warm-up, the last once the
 // window's requests have ended.
 type cpuWindow struct {
-	meters []*procMeter
-	timer  *time.Timer   // the start reading, when it is due later
-	began  chan struct{} // closed once the start reading is taken
-	once   sync.Once
+	meters  []*procMeter
+	machine *machineMeter
+	timer   *time.Timer   // the start reading, when it is due later
+	began   chan struct{} // closed once the start reading is taken
+	once    sync.Once
 }
 
 // beginCPU takes the start reading of every process of the target at
@@ -233,11 +235,12 @@ func (r *runner) beginCPU(from time.Time) *cpuWindow {
 	if len(r.meters) == 0 {
 		return nil
 	}
-	w := &cpuWindow{meters: r.meters, began: make(chan struct{})}
+	w := &cpuWindow{meters: r.meters, machine: r.machine, began: make(chan struct{})}
 	read := func() {
 		for _, m := range w.meters {
 			m.begin()
 		}
+		w.machine.begin()
 		close(w.began)
 	}
 	if d := time.Until(from); d > 0 {
@@ -262,6 +265,7 @@ func (w *cpuWindow) end() {
 		for _, m := range w.meters {
 			m.end()
 		}
+		w.machine.end()
 	})
 }
 
@@ -305,4 +309,137 @@ func (t *Target) procs() []Proc {
 		return []Proc{{Name: t.Name, PID: t.PID, Own: true}}
 	}
 	return nil
+}
+
+// CPUBusy is how busy one CPU of the machine was over a target's measured
+// windows, from /proc/stat. It counts what a process's time may not hold:
+// the kernel's softirq work, where a loopback connection's receiving side
+// runs, is charged to the process it interrupted, or, on kernels built to
+// account interrupt time apart (CONFIG_IRQ_TIME_ACCOUNTING), to none. A
+// CPU busy all the windows long was
+// what bounded the target's throughput; which processes ran there says
+// whose cost that was (a pinned run's placement).
+type CPUBusy struct {
+	CPU int `json:"cpu"`
+	// Busy is the fraction of the windows the CPU was neither idle nor
+	// idle waiting on I/O: user, system, interrupt, softirq and steal time.
+	Busy float64 `json:"busy"`
+	// SoftIRQ is the part of Busy spent in softirqs, and Steal the part a
+	// hypervisor gave to other machines.
+	SoftIRQ float64 `json:"softirq"`
+	Steal   float64 `json:"steal"`
+}
+
+// cpuTimes are one CPU's counters from /proc/stat, in clock ticks.
+type cpuTimes struct {
+	busy, softirq, steal, total uint64
+}
+
+func (a cpuTimes) sub(b cpuTimes) cpuTimes {
+	d := func(x, y uint64) uint64 { return x - min(x, y) }
+	return cpuTimes{d(a.busy, b.busy), d(a.softirq, b.softirq), d(a.steal, b.steal), d(a.total, b.total)}
+}
+
+func (a cpuTimes) add(b cpuTimes) cpuTimes {
+	return cpuTimes{a.busy + b.busy, a.softirq + b.softirq, a.steal + b.steal, a.total + b.total}
+}
+
+// parseCPUStat reads the per-CPU lines of /proc/stat ("cpu3 user nice
+// system idle iowait irq softirq steal guest guest_nice", see proc(5));
+// guest time is already part of user time. The machine's total line and
+// every other line are skipped.
+func parseCPUStat(b []byte) (map[int]cpuTimes, error) {
+	out := map[int]cpuTimes{}
+	for line := range bytes.Lines(b) {
+		f := bytes.Fields(line)
+		if len(f) < 9 || !bytes.HasPrefix(f[0], []byte("cpu")) || len(f[0]) == 3 {
+			continue
+		}
+		cpu, err := strconv.Atoi(string(f[0][3:]))
+		if err != nil {
+			return nil, fmt.Errorf("cannot parse CPU stat line %q: %w", f[0], err)
+		}
+		var v [8]uint64 // user nice system idle iowait irq softirq steal
+		for i := range v {
+			if v[i], err = strconv.ParseUint(string(f[i+1]), 10, 64); err != nil {
+				return nil, fmt.Errorf("cannot parse CPU stat of cpu%d: %w", cpu, err)
+			}
+		}
+		idle := v[3] + v[4]
+		t := cpuTimes{softirq: v[6], steal: v[7]}
+		for _, x := range v {
+			t.total += x
+		}
+		t.busy = t.total - idle
+		out[cpu] = t
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cannot parse CPU stat: %w", errShortStat)
+	}
+	return out, nil
+}
+
+// machineMeter measures the machine's CPUs over a target's measured
+// windows, beside its processes.
+type machineMeter struct {
+	start  map[int]cpuTimes
+	sum    map[int]cpuTimes // over the windows
+	broken bool             // a reading failed: no figures
+}
+
+func readCPUStat() (map[int]cpuTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the CPUs' times: %w", err)
+	}
+	return parseCPUStat(b)
+}
+
+func (m *machineMeter) begin() {
+	if m == nil {
+		return
+	}
+	var err error
+	if m.start, err = readCPUStat(); err != nil {
+		m.broken = true
+	}
+}
+
+func (m *machineMeter) end() {
+	if m == nil || m.start == nil {
+		return
+	}
+	now, err := readCPUStat()
+	if err != nil {
+		m.broken = true
+		return
+	}
+	if m.sum == nil {
+		m.sum = map[int]cpuTimes{}
+	}
+	for cpu, t := range now {
+		// A CPU brought online during the window has no start: skip it.
+		if s, ok := m.start[cpu]; ok {
+			m.sum[cpu] = m.sum[cpu].add(t.sub(s))
+		}
+	}
+	m.start = nil
+}
+
+// busy returns the figures of every CPU so far, by CPU number; nil when
+// no window was measured.
+func (m *machineMeter) busy() []CPUBusy {
+	if m == nil || m.broken || len(m.sum) == 0 {
+		return nil
+	}
+	out := make([]CPUBusy, 0, len(m.sum))
+	for cpu, t := range m.sum {
+		if t.total == 0 {
+			continue
+		}
+		f := func(n uint64) float64 { return float64(n) / float64(t.total) }
+		out = append(out, CPUBusy{CPU: cpu, Busy: f(t.busy), SoftIRQ: f(t.softirq), Steal: f(t.steal)})
+	}
+	slices.SortFunc(out, func(a, b CPUBusy) int { return a.CPU - b.CPU })
+	return out
 }

@@ -113,6 +113,7 @@ type runner struct {
 	conns    connTracker
 	auth     authHeader // sent with every request; empty: none
 	meters   []*procMeter
+	machine  *machineMeter // with meters: the CPUs of the machine they run on
 	seed     uint64
 	maxIn    int // open loop in-flight cap
 
@@ -178,6 +179,9 @@ func newRunner(ctx context.Context, sc *Scenario, t Target, opt Options) (*runne
 		if p.PID > 0 {
 			r.meters = append(r.meters, &procMeter{proc: p})
 		}
+	}
+	if len(r.meters) > 0 {
+		r.machine = &machineMeter{}
 	}
 	r.maxIn = c.MaxInFlight
 	if r.maxIn == 0 && c.Mode == ModeOpen {
@@ -326,6 +330,7 @@ func (r *runner) phase(ctx context.Context, res *Result, pr *progress, warmup, w
 	ph.rec.mergeInto(res)
 	if cpu != nil {
 		res.CPU = r.procCosts()
+		res.CPUs = r.machine.busy()
 	}
 	r.done.Add(res.Completed - before)
 	r.failed.Add(res.Errors - beforeErr)

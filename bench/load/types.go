@@ -258,6 +258,9 @@ type Result struct {
 	// what it cost over the measured window; absent when none was given
 	// or none could be read.
 	CPU []ProcCost `json:"cpu,omitempty"`
+	// CPUs is how busy each CPU of the machine the processes run on was
+	// over the same window; absent with CPU.
+	CPUs []CPUBusy `json:"cpus,omitempty"`
 }
 
 // RSSSample is one reading of a process's resident memory.

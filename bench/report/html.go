@@ -69,20 +69,14 @@ func WriteHTML(w io.Writer, c *Comparison) error {
 		renderMemorySVG(&b, c)
 		b.WriteString("</figure>\n")
 	}
-	if rows := cpuRows(newDocument(c)); rows != nil {
-		b.WriteString("<h2 id=\"cpu\">CPU and memory</h2>\n<table class=\"cpu\">\n<tr>")
-		for _, h := range cpuHeads {
-			fmt.Fprintf(&b, "<th>%s</th>", html.EscapeString(h))
+	d := newDocument(c)
+	if rows := cpuRows(d); rows != nil {
+		b.WriteString("<h2 id=\"cpu\">CPU and memory</h2>\n")
+		htmlTable(&b, cpuHeads, rows, cpuNote)
+		if rows := busyRows(d); rows != nil {
+			b.WriteString("<h2 id=\"cpus\">CPUs</h2>\n")
+			htmlTable(&b, busyHeads, rows, busyNote)
 		}
-		b.WriteString("</tr>\n")
-		for _, r := range rows {
-			b.WriteString("<tr>")
-			for _, cell := range r {
-				fmt.Fprintf(&b, "<td>%s</td>", html.EscapeString(cell))
-			}
-			b.WriteString("</tr>\n")
-		}
-		fmt.Fprintf(&b, "</table>\n<p class=\"note\">%s</p>\n", html.EscapeString(cpuNote))
 	}
 	b.WriteString("<h2>Summary</h2>\n<pre>")
 	b.WriteString(html.EscapeString(text.String()))
@@ -91,4 +85,21 @@ func WriteHTML(w io.Writer, c *Comparison) error {
 		return fmt.Errorf("cannot write HTML report: %w", err)
 	}
 	return nil
+}
+
+// htmlTable writes a table of the CPU class, and its note.
+func htmlTable(b *strings.Builder, heads []string, rows [][]string, note string) {
+	b.WriteString("<table class=\"cpu\">\n<tr>")
+	for _, h := range heads {
+		fmt.Fprintf(b, "<th>%s</th>", html.EscapeString(h))
+	}
+	b.WriteString("</tr>\n")
+	for _, r := range rows {
+		b.WriteString("<tr>")
+		for _, cell := range r {
+			fmt.Fprintf(b, "<td>%s</td>", html.EscapeString(cell))
+		}
+		b.WriteString("</tr>\n")
+	}
+	fmt.Fprintf(b, "</table>\n<p class=\"note\">%s</p>\n", html.EscapeString(note))
 }

@@ -961,3 +961,44 @@ func TestCPUReport(t *testing.T) {
 	require.NoError(t, WriteHTML(&h, c))
 	require.NotContains(t, h.String(), `id="cpu"`)
 }
+
+// The machine's CPUs over each target's window follow the processes'
+// table, in text, JSON and HTML, for the targets measured on it; a report
+// without them has no such section.
+func TestCPUBusyReport(t *testing.T) {
+	c := exactComparison(t)
+	gw := c.Results[1]
+	gw.CPU = []load.ProcCost{{Name: "gateway", PID: 10, Own: true, CPU: time.Second, PerKRequests: 1, RSS: 1 << 20, Processes: 1}}
+	var b strings.Builder
+	require.NoError(t, WriteText(&b, c))
+	require.NotContains(t, b.String(), "CPUS", "no CPU figures, no section")
+
+	gw.CPUs = []load.CPUBusy{{CPU: 0, Busy: 0.994, SoftIRQ: 0.16, Steal: 0}, {CPU: 1, Busy: 0.755, SoftIRQ: 0.104, Steal: 0.021}}
+	b.Reset()
+	require.NoError(t, WriteText(&b, c))
+	busy := textSection(t, b.String(), "CPUS")
+	require.Equal(t, []string{"target", "cpu", "busy", "softirq", "steal"}, strings.Fields(busy[0]))
+	require.Equal(t, []string{"gateway", "0", "99%", "16%", "0%"}, row(t, busy, "gateway"))
+	require.Equal(t, []string{"1", "76%", "10%", "2%"}, strings.Fields(busy[2]))
+	require.Len(t, busy, 4, "heads, two CPUs of the one target that has them, note")
+	require.Contains(t, busy[3], "/proc/stat")
+
+	var j bytes.Buffer
+	require.NoError(t, WriteJSON(&j, c))
+	var doc struct {
+		Targets []struct {
+			CPUs []map[string]any `json:"cpus"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(j.Bytes(), &doc))
+	require.Nil(t, doc.Targets[0].CPUs)
+	require.Equal(t, []map[string]any{
+		{"cpu": 0.0, "busy": 0.994, "softirq": 0.16, "steal": 0.0},
+		{"cpu": 1.0, "busy": 0.755, "softirq": 0.104, "steal": 0.021},
+	}, doc.Targets[1].CPUs)
+
+	var h strings.Builder
+	require.NoError(t, WriteHTML(&h, c))
+	require.Contains(t, h.String(), `<h2 id="cpus">CPUs</h2>`)
+	require.Contains(t, h.String(), "<tr><td>gateway</td><td>0</td><td>99%</td><td>16%</td><td>0%</td></tr>")
+}

@@ -526,6 +526,33 @@ const cpuNote = "cpu: user+system time from the start of the measured window (ev
 	"each process with its descendants (the load generator without them: they are the targets); * the target's own process; all: the sum; per 1k req: per 1,000 completed requests, " +
 	"per 1k frames: per 1,000 stream frames received; rss: resident memory at the end of the target's last round"
 
+// busyHeads are the columns of the table of the machine's CPUs.
+var busyHeads = []string{"target", "cpu", "busy", "softirq", "steal"}
+
+// busyRows returns the rows of the table of the machine's CPUs, one per
+// CPU of each target that has them; nil when none has.
+func busyRows(d *document) [][]string {
+	var rows [][]string
+	for _, x := range d.Targets {
+		for i, c := range x.CPUs {
+			name := ""
+			if i == 0 {
+				name = x.Name
+			}
+			rows = append(rows, []string{name, strconv.Itoa(c.CPU), wholePercent(c.Busy), wholePercent(c.SoftIRQ), wholePercent(c.Steal)})
+		}
+	}
+	return rows
+}
+
+func wholePercent(f float64) string { return strconv.FormatFloat(100*f, 'f', 0, 64) + "%" }
+
+// busyNote explains the table of the machine's CPUs.
+const busyNote = "busy: the share of the measured window a CPU was not idle, from /proc/stat: " +
+	"user, system, interrupts, softirq and steal time; softirq: the kernel's network work (loopback's receiving side included), " +
+	"charged to the process it interrupted, or to none on kernels that account interrupt time apart; steal: time the hypervisor gave to other machines. " +
+	"A CPU busy near 100% is what bounded the target: see which processes ran on it"
+
 func writeCPU(b *strings.Builder, d *document) {
 	rows := cpuRows(d)
 	if rows == nil {
@@ -539,4 +566,14 @@ func writeCPU(b *strings.Builder, d *document) {
 	}
 	t.write(b, "")
 	b.WriteString(cpuNote + "\n")
+	if rows := busyRows(d); rows != nil {
+		section(b, "CPUS (per target, over its measured window)")
+		t := table{left: 2}
+		t.add(busyHeads...)
+		for _, r := range rows {
+			t.add(r...)
+		}
+		t.write(b, "")
+		b.WriteString(busyNote + "\n")
+	}
 }
