@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/memory"
 )
 
 // An upstream closes idle connections after its keep-alive timeout (200 ms
@@ -95,4 +97,45 @@ func TestProbeRedialsAStalePooledConnection(t *testing.T) {
 	require.NoError(t, up.Probe(ctx, "ping"))
 	time.Sleep(300 * time.Millisecond) // the upstream closes the idle connection
 	require.NoError(t, up.Probe(ctx, "ping"))
+}
+
+// Memory's two upstream calls, the fact extractor and the embed tier,
+// redial a pooled connection the upstream closed as chat does: a turn
+// after a pause keeps its memory instead of losing it to the pool.
+func TestMemoryCallsRedialAStalePooledConnection(t *testing.T) {
+	var calls atomic.Int64
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/embeddings") {
+			_, _ = w.Write([]byte(`{"object":"list","model":"e","data":[{"object":"embedding","index":0,"embedding":[0.6,0.8]}],"usage":{"prompt_tokens":2,"total_tokens":2}}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"id":"u","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"{\"facts\":[{\"kind\":\"preference\",\"key\":\"units\",\"value\":\"metric\"}]}"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}`))
+	}))
+	upstream.Config.IdleTimeout = 100 * time.Millisecond
+	upstream.Start()
+	t.Cleanup(upstream.Close)
+
+	tiers, aux := hotpath.DefaultTiers(), hotpath.DefaultAuxTiers()
+	chatUp, err := NewUpstream(&tiers[0], UpstreamConfig{BaseURL: upstream.URL + "/v1", Model: "m"}, hotpath.NewBreaker(hotpath.BreakerConfig{}, nil))
+	require.NoError(t, err)
+	i := slices.IndexFunc(aux, func(t hotpath.Tier) bool { return t.Name == hotpath.TierEmbed })
+	embedUp, err := NewUpstream(&aux[i], UpstreamConfig{BaseURL: upstream.URL + "/v1", Path: "/embeddings", Model: "e"},
+		hotpath.NewBreaker(hotpath.BreakerConfig{}, nil))
+	require.NoError(t, err)
+	extractor, embedder := NewExtractor(chatUp), NewEmbedder(embedUp, 0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for round := range 2 {
+		facts, err := extractor.Extract(ctx, "I use metric units", "Noted.")
+		require.NoError(t, err, "round %d", round)
+		require.Equal(t, []memory.Fact{{Key: "units", Value: "metric"}}, facts)
+		vecs, err := embedder.Embed(ctx, []string{"units: metric"})
+		require.NoError(t, err, "round %d", round)
+		require.Len(t, vecs, 1)
+		time.Sleep(300 * time.Millisecond) // the upstream closes the idle connections
+	}
+	require.Equal(t, int64(4), calls.Load(), "each call reached the upstream once")
 }
