@@ -558,22 +558,21 @@ func writeCPU(b *strings.Builder, d *document) {
 	if rows == nil {
 		return
 	}
-	section(b, "CPU AND MEMORY (per target, over its measured window)")
+	textTable(b, "CPU AND MEMORY (per target, over its measured window)", cpuHeads, rows, cpuNote)
+	if rows := busyRows(d); rows != nil {
+		textTable(b, "CPUS (per target, over its measured window)", busyHeads, rows, busyNote)
+	}
+}
+
+// textTable writes a section of one table, its first two columns to the
+// left, and its note.
+func textTable(b *strings.Builder, title string, heads []string, rows [][]string, note string) {
+	section(b, title)
 	t := table{left: 2}
-	t.add(cpuHeads...)
+	t.add(heads...)
 	for _, r := range rows {
 		t.add(r...)
 	}
 	t.write(b, "")
-	b.WriteString(cpuNote + "\n")
-	if rows := busyRows(d); rows != nil {
-		section(b, "CPUS (per target, over its measured window)")
-		t := table{left: 2}
-		t.add(busyHeads...)
-		for _, r := range rows {
-			t.add(r...)
-		}
-		t.write(b, "")
-		b.WriteString(busyNote + "\n")
-	}
+	b.WriteString(note + "\n")
 }
