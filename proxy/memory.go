@@ -275,9 +275,12 @@ func (m *turnMemory) captureFacts(ctx context.Context, answer, rid string) []mem
 }
 
 // keepFacts drops facts that are malformed, too long or carry personal
-// data, and keeps at most captureFactsMax.
+// data, and keeps at most captureFactsMax. A key given twice is one
+// memory, holding the later value, as storing both in turn would leave
+// it: memory_capture reports what was stored, each key once.
 func keepFacts(facts []memory.Fact) []memory.Fact {
 	out := facts[:0]
+next:
 	for _, f := range facts {
 		f.Key, f.Value = strings.TrimSpace(f.Key), strings.TrimSpace(f.Value)
 		if f.Key == "" || f.Value == "" || len(f.Key) > captureKeyMax || utf8.RuneCountInString(f.Value) > captureValueMax ||
@@ -289,6 +292,12 @@ func keepFacts(facts []memory.Fact) []memory.Fact {
 		}
 		if _, _, found := pii.Find(f.Value); found {
 			continue
+		}
+		for i := range out {
+			if out[i].Key == f.Key {
+				out[i].Value = f.Value
+				continue next
+			}
 		}
 		out = append(out, f)
 		if len(out) == captureFactsMax {

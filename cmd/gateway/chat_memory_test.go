@@ -388,6 +388,20 @@ func TestChatMemoryCapture(t *testing.T) {
 		require.NotContains(t, other.memoryKeys(t, "?vault_id="+readOnly), "lang")
 	})
 
+	t.Run("a key given twice is one memory, reported once", func(t *testing.T) {
+		gw := ada.chat(t, turnBody("[[sim:facts=tz:utc|desk:standing|tz:cet]] hi"))
+		require.Equal(t, []string{"personal:tz", "personal:desk"}, captured(gw))
+		r := ada.do(t, "GET", "/api/v1/memories?scope=personal", nil)
+		require.Equal(t, 200, r.status, "%s", r.raw)
+		var tz []string
+		for _, m := range r.body["data"].([]any) {
+			if mm := m.(map[string]any); mm["key"] == "tz" {
+				tz = append(tz, mm["value"].(string))
+			}
+		}
+		require.Equal(t, []string{"cet"}, tz, "the later value, stored once")
+	})
+
 	t.Run("personal data is dropped and capture off stores nothing", func(t *testing.T) {
 		gw := ada.chat(t, turnBody("[[sim:facts=contact:write to ada@example.com]] hi"))
 		require.NotContains(t, gw, "memory_capture")
