@@ -56,14 +56,15 @@ type Memory struct {
 
 // vaultStanding is a caller's standing in a vault for memory and rules.
 type vaultStanding struct {
-	id, name, memoryScope string
-	inherit               bool
-	read, write, orgAdmin bool
+	id, name, memoryScope         string
+	inherit                       bool
+	member, read, write, orgAdmin bool
 }
 
 // standing reads userID's standing in vaultID (ErrVaultNotFound when it
-// is not a vault of orgID). read and write are the member's grants in
-// effect (false when held or not a member).
+// is not a vault of orgID). member is a membership that is not held; read
+// and write are the member's grants in effect (false when held or not a
+// member).
 func standing(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, orgID, userID, vaultID string) (vaultStanding, error) {
@@ -71,14 +72,14 @@ func standing(ctx context.Context, q interface {
 	if !ValidUUID(vaultID) {
 		return s, ErrVaultNotFound
 	}
-	err := q.QueryRow(ctx, `select v.name, v.memory_scope, v.inherit_org_rules,
+	err := q.QueryRow(ctx, `select v.name, v.memory_scope, v.inherit_org_rules, coalesce(not m.held, false),
 			coalesce(m.can_read and not m.held, false), coalesce(m.can_write and not m.held, false),
 			coalesce(o.role in ('owner', 'admin'), false)
 		from vaults v
 		left join vault_members m on m.vault_id = v.id and m.user_id = $3
 		left join memberships o on o.org_id = v.org_id and o.user_id = $3
 		where v.id = $1 and v.org_id = $2`, vaultID, orgID, userID).
-		Scan(&s.name, &s.memoryScope, &s.inherit, &s.read, &s.write, &s.orgAdmin)
+		Scan(&s.name, &s.memoryScope, &s.inherit, &s.member, &s.read, &s.write, &s.orgAdmin)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, ErrVaultNotFound
 	}
@@ -346,7 +347,7 @@ func (db *DB) WriteMemory(ctx context.Context, orgID, userID string, w MemoryWri
 			if err != nil {
 				return err
 			}
-			if !s.read {
+			if !s.member {
 				return ErrVaultNotFound
 			}
 			if !s.write {
@@ -536,7 +537,7 @@ func (db *DB) Capture(ctx context.Context, c memory.Caller, facts []memory.Fact,
 			if err != nil && !errors.Is(err, ErrVaultNotFound) {
 				return err
 			}
-			if err == nil && s.read && s.write {
+			if err == nil && s.write {
 				scope, vault = memory.ScopeVault, s.id
 			}
 		}

@@ -86,8 +86,11 @@ type vaultAccess struct {
 	orgAdmin     bool
 }
 
-// readable reports whether the vault exists for the caller at all.
-func (a vaultAccess) readable() bool { return a.member && !a.held && a.flags.CanRead }
+// visible reports whether the vault exists for the caller at all: a
+// membership that is not held. Another organization's vault, a missing
+// one, one the caller is not a member of and one where they are held are
+// all 404, never 403.
+func (a vaultAccess) visible() bool { return a.member && !a.held }
 
 // administers reports structural authority, which an organization admin
 // holds over every vault of the organization.
@@ -134,30 +137,35 @@ func loadVault(ctx context.Context, q convQuerier, orgID, userID, vaultID string
 	return a, nil
 }
 
-// gate checks userID's standing for an operation. need is "read",
-// "write", "share" (member management: an administrator, or a reader with
-// can_share), "administer" (structural: the vault's owner or an
-// organization admin, member or not) or "administer-or-read". A caller who
-// neither administers nor can read always gets ErrVaultNotFound, so a
-// denial never reveals that the vault exists.
+// gate checks userID's standing for an operation. need is "read" (the
+// vault's content, and pins: a caller without can_read is answered as if
+// the vault did not exist), "write", "share" (member management: an
+// administrator, or a member with can_share), "administer" (structural:
+// the vault's owner or an organization admin, member or not) or
+// "administer-or-read". The four grants do not imply one another: a
+// member without the one an operation needs gets ErrVaultForbidden; a
+// caller to whom the vault is not visible (see visible) gets
+// ErrVaultNotFound, so a denial never reveals that the vault exists.
 func (a vaultAccess) gate(userID, need string) error {
 	adm := a.administers(userID)
 	if need != "read" && need != "write" && adm {
 		return nil
 	}
-	if !a.readable() {
+	if !a.visible() || (need == "read" && !a.flags.CanRead) {
 		return ErrVaultNotFound
 	}
+	var ok bool
 	switch need {
+	case "read":
+		ok = true
 	case "write":
-		if !a.flags.CanWrite {
-			return ErrVaultForbidden
-		}
+		ok = a.flags.CanWrite
 	case "share":
-		if !a.flags.CanShare {
-			return ErrVaultForbidden
-		}
-	case "administer":
+		ok = a.flags.CanShare
+	case "administer-or-read":
+		ok = a.flags.CanRead
+	}
+	if !ok {
 		return ErrVaultForbidden
 	}
 	return nil
@@ -253,7 +261,7 @@ func (db *DB) CreateVault(ctx context.Context, orgID, userID string, f VaultFiel
 	return out, vaultError(err)
 }
 
-// GetVault reads a vault the caller can read.
+// GetVault reads a vault visible to the caller, with their permissions.
 func (db *DB) GetVault(ctx context.Context, orgID, userID, vaultID string) (Vault, error) {
 	var out Vault
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -261,7 +269,7 @@ func (db *DB) GetVault(ctx context.Context, orgID, userID, vaultID string) (Vaul
 		if err != nil {
 			return err
 		}
-		if !a.readable() {
+		if !a.visible() {
 			return ErrVaultNotFound
 		}
 		out = a.Vault
@@ -280,10 +288,10 @@ type VaultFilter struct {
 const VaultListMax = 1000
 
 // ListVaults lists the vaults where userID holds a membership that is not
-// held and grants read: pinned first, then by name. Organization admins
-// are listed only into vaults they are members of.
+// held, whatever it grants: pinned first, then by name. Organization
+// admins are listed only into vaults they are members of.
 func (db *DB) ListVaults(ctx context.Context, orgID, userID string, f VaultFilter) ([]Vault, error) {
-	rows, err := db.Pool.Query(ctx, vaultView+` where v.org_id = $2 and m.user_id is not null and not m.held and m.can_read
+	rows, err := db.Pool.Query(ctx, vaultView+` where v.org_id = $2 and m.user_id is not null and not m.held
 		and (v.archived_at is not null) = $3
 		and ($4::text = 'all' or ($4::text = 'owned') = (v.owner_id is not distinct from $1::uuid))
 		order by m.pinned desc, v.name, v.id limit `+fmt.Sprint(VaultListMax),
@@ -427,7 +435,7 @@ func (g MemberGrants) over(read, write, share bool) (bool, bool, bool) {
 }
 
 // shareTx gates member management: an administrator may grant anything; a
-// reader with can_share may grant only what they hold themselves.
+// member with can_share may grant only what they hold themselves.
 func (db *DB) shareTx(ctx context.Context, orgID, userID, vaultID string, f func(tx pgx.Tx, a vaultAccess, escalates func(r, w, s bool) bool) error) error {
 	return db.vaultTx(ctx, orgID, userID, vaultID, "share", func(tx pgx.Tx, a vaultAccess) error {
 		escalates := func(r, w, s bool) bool {

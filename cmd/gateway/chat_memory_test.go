@@ -386,6 +386,12 @@ func TestChatMemoryCapture(t *testing.T) {
 		gw = ada.chat(t, turnBody("[[sim:facts=lang:british spelling]] hi", "vault_id", readOnly))
 		require.Equal(t, []string{"personal:lang"}, captured(gw))
 		require.NotContains(t, other.memoryKeys(t, "?vault_id="+readOnly), "lang")
+		// can_write alone may be written: the grants do not imply one another.
+		writeOnly := other.vault(t, map[string]any{"name": "Drop box"})["id"].(string)
+		require.Equal(t, 201, other.do(t, "POST", "/api/v1/vaults/"+writeOnly+"/members", map[string]any{"user_id": ada.userID, "can_write": true}).status)
+		gw = ada.chat(t, turnBody("[[sim:facts=paper:a4]] hi", "vault_id", writeOnly))
+		require.Equal(t, []string{"vault:paper"}, captured(gw))
+		require.Contains(t, other.memoryKeys(t, "?vault_id="+writeOnly), "paper")
 	})
 
 	t.Run("a key given twice is one memory, reported once", func(t *testing.T) {

@@ -294,6 +294,36 @@ func TestVaultMembership(t *testing.T) {
 		require.Equal(t, id, cat.create(t, map[string]any{"vault_id": id})["vault_id"])
 	})
 
+	// The four grants do not imply one another: can_write alone shows the
+	// vault and lets its member change it, while its content (memory,
+	// rules, pins) stays as if it did not exist, and conversations need
+	// both grants (docs/conversations.md).
+	t.Run("write without read", func(t *testing.T) {
+		wri := convMember(t, ta, ada.orgID, "wri@example.com", "member")
+		require.Equal(t, 201, ada.do(t, "POST", members, map[string]any{"user_id": wri.userID, "can_write": true}).status)
+		r := wri.do(t, "GET", "/api/v1/vaults/"+id, nil)
+		require.Equal(t, 200, r.status, "%s", r.raw)
+		require.Equal(t, map[string]any{"can_read": false, "can_write": true, "can_share": false, "can_administer": false}, perms(r.body))
+		require.Contains(t, listNames(t, wri, ""), "Team")
+		r = wri.do(t, "PATCH", "/api/v1/vaults/"+id, map[string]any{"description": "by a writer"})
+		require.Equal(t, 200, r.status, "%s", r.raw)
+		require.Equal(t, "by a writer", r.body["description"])
+		require.Equal(t, 204, wri.do(t, "PUT", "/api/v1/vaults/"+id+"/archive", nil).status)
+		require.Equal(t, 204, wri.do(t, "DELETE", "/api/v1/vaults/"+id+"/archive", nil).status)
+		mem := wri.remember(t, map[string]any{"key": "style", "value": "terse", "scope": "vault", "vault_id": id})
+		require.Contains(t, ada.memoryKeys(t, "?vault_id="+id), "style")
+		requireError(t, wri.do(t, "DELETE", "/api/v1/memories/"+mem, nil), 404, "memory_not_found")
+
+		requireError(t, wri.do(t, "GET", "/api/v1/memories?vault_id="+id, nil), 404, "vault_not_found")
+		requireError(t, wri.do(t, "GET", "/api/v1/rules?vault_id="+id, nil), 404, "vault_not_found")
+		requireError(t, wri.do(t, "PUT", "/api/v1/vaults/"+id+"/pin", nil), 404, "vault_not_found")
+		requireError(t, wri.do(t, "GET", members, nil), 403, "vault_forbidden")
+		requireError(t, wri.do(t, "POST", members, map[string]any{"user_id": dan.userID, "can_write": true}), 403, "vault_forbidden")
+		requireError(t, wri.do(t, "DELETE", "/api/v1/vaults/"+id, nil), 403, "vault_forbidden")
+		requireError(t, wri.do(t, "POST", "/api/v1/conversations", map[string]any{"vault_id": id}), 403, "vault_forbidden")
+		require.Equal(t, 204, ada.do(t, "DELETE", members+"/"+wri.userID, nil).status)
+	})
+
 	t.Run("remove", func(t *testing.T) {
 		requireError(t, cat.do(t, "DELETE", members+"/nope", nil), 404, "user_not_found")
 		require.Equal(t, 204, bob.do(t, "DELETE", members+"/"+cat.userID, nil).status, "a member with can_share removes")
