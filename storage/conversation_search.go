@@ -34,17 +34,20 @@ type SearchHit struct {
 
 // The snippet is the message text as written, markers added. ts_headline
 // drops what its parser takes for HTML tags, so no "<" may reach it. On the
-// way in U+E000 (a private-use character) becomes U+E000 U+E001 and "<"
-// becomes U+E000 U+E002; on the way out "<" is restored first, then U+E000.
-// Every U+E000 of the escaped text starts one pair, so text that already
-// held these characters comes back as written. Both characters of a pair
-// are of one class, so the parser keeps them in one token and no fragment
-// edge or marker falls between them. The search matches the stored
-// tsvector, which the swap does not touch.
+// way in U+0001 becomes U+0001 U+0003 and "<" becomes U+0001 U+0002; on
+// the way out "<" is restored first, then U+0001. Every U+0001 of the
+// escaped text starts one pair, so text that already held these
+// characters comes back as written. The pairs are control characters,
+// which the parser reads as blanks, like the "<" they stand for: they stay
+// in one blank token, so no fragment edge or marker falls between them,
+// and they never join the word beside them. (Private-use characters did:
+// the parser counts every non-ASCII character as a letter, so "<i>quokka"
+// became one word the query did not match, and the hit had no markers.)
+// The search matches the stored tsvector, which the swap does not touch.
 const (
-	searchEscapeIn = `replace(replace(left(h.content, 100000), U&'\E000', U&'\E000\E001'), '<', U&'\E000\E002')`
+	searchEscapeIn = `replace(replace(left(h.content, 100000), E'\x01', E'\x01\x03'), '<', E'\x01\x02')`
 	searchSnippet  = `replace(replace(ts_headline('english', ` + searchEscapeIn + `, query.q, $6),
-		U&'\E000\E002', '<'), U&'\E000\E001', U&'\E000')`
+		E'\x01\x02', '<'), E'\x01\x03', E'\x01')`
 )
 
 // searchHeadline are ts_headline's options: the literal markers, and up to

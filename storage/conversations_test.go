@@ -391,7 +391,8 @@ func TestConversationVaultDeletionCascades(t *testing.T) {
 }
 
 // A snippet is the message text as written: "<" survives ts_headline, and
-// so do the private-use characters that carry it past ts_headline.
+// so do the control characters that carry it past ts_headline; a matched
+// word is marked even where a "<" touches it.
 func TestConversationSearchSnippetIsTheTextAsWritten(t *testing.T) {
 	db := storetest.DB(t)
 	ctx := context.Background()
@@ -405,18 +406,32 @@ func TestConversationSearchSnippetIsTheTextAsWritten(t *testing.T) {
 		require.Len(t, hits, 1)
 		return hits[0]
 	}
+	mark := func(w string) string { return storage.SearchHighlightStart + w + storage.SearchHighlightStop }
 
 	// Short enough to be its own snippet.
-	short := "tangerine \ue000 <b>x</b> \ue000\ue001 \ue000\ue002 \ue001\ue002 <\ue000 \ue000< \ue002< a\ue000b"
+	// (It ends on a long word: ts_headline trims a fragment's short ones.)
+	short := "tangerine \ue000\ue002 <\ue000 \x01 <b>x</b> \x01\x03 \x01\x02 \x03\x02 <\x01 \x01< \x02< a\x01b clementine"
 	convAppend(t, db, a, c.ID, storage.NewMessage{Content: short})
 	h := search("tangerine")
 	require.Equal(t, short, unmark.Replace(h.Snippet))
-	require.True(t, strings.HasPrefix(h.Snippet, storage.SearchHighlightStart+"tangerine"+storage.SearchHighlightStop))
+	require.True(t, strings.HasPrefix(h.Snippet, mark("tangerine")))
+
+	for _, tc := range []struct{ text, q, want string }{
+		{"see <i>quokka</i> soon", "quokka", mark("quokka") + "</i>"},
+		{"if pangolin<limit then stop", "pangolin", mark("pangolin") + "<limit"},
+		{"if okapi<margin then stop", "okapi margin", mark("okapi") + "<" + mark("margin")},
+		{"vicuna<3 always", "vicuna", mark("vicuna") + "<3 always"},
+	} {
+		convAppend(t, db, a, c.ID, storage.NewMessage{Content: tc.text})
+		h := search(tc.q)
+		require.Contains(t, h.Snippet, tc.want, tc.text)
+		require.Contains(t, tc.text, unmark.Replace(h.Snippet), "a piece of the text as written")
+	}
 
 	// Long: each fragment is a piece of the text as written, whichever
 	// word it starts or ends on.
 	var b strings.Builder
-	pieces := []string{"\ue000", "<", "\ue000\ue001", "\ue000<", "<\ue000", "\ue002"}
+	pieces := []string{"\x01", "<", "\x01\x03", "\x01<", "<\x01", "\x02", "\ue000<"}
 	for i := range 120 {
 		if i == 60 || i == 100 {
 			b.WriteString("coconut ")
@@ -426,7 +441,7 @@ func TestConversationSearchSnippetIsTheTextAsWritten(t *testing.T) {
 	long := b.String()
 	convAppend(t, db, a, c.ID, storage.NewMessage{Content: long})
 	h = search("coconut")
-	require.Contains(t, h.Snippet, storage.SearchHighlightStart+"coconut"+storage.SearchHighlightStop)
+	require.Contains(t, h.Snippet, mark("coconut"))
 	for _, frag := range strings.Split(unmark.Replace(h.Snippet), " … ") {
 		require.Contains(t, long, frag)
 	}
