@@ -188,7 +188,7 @@ func frameAttr(s string) string {
 // left out, oldest first, and listed in files_omitted.
 func (t *turn) placeFiles() *codec.Error {
 	window := t.up.Tier.ContextWindow
-	room := window - int(t.intent.MaxTokens) - window/10
+	room := t.fileRoom(t.up)
 	base := t.promptTokens(t.up, window)
 	need, earlier := 0, 0
 	for i := range t.files {

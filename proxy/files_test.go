@@ -277,6 +277,40 @@ func TestChatOmitsEarlierFilesToFitTheWindow(t *testing.T) {
 	require.Equal(t, calls, up.calls.Load())
 }
 
+// Auto picks a tier where the turn's own files fit as placement will
+// place them, with room for the answer and a tenth of the window: a file
+// that fits mira's whole window but not that room goes to the next tier,
+// not to a context_overflow mira would give.
+func TestAutoRoutesFilesToATierWithRoomForThem(t *testing.T) {
+	files := &memFiles{files: map[string]hotpath.AttachedFile{
+		"big": textFile("big", "big.txt", strings.Repeat("sizable ", 3500)),
+	}}
+	f, up := filesFixture(t, files, func(o *fixtureOptions) {
+		prev := o.tiers
+		o.tiers = func(ts []hotpath.Tier) {
+			prev(ts)
+			for i := range ts {
+				if ts[i].Name == "mira" {
+					ts[i].ContextWindow, ts[i].MaxOutput = 4000, 200 // room: 4000 - 200 - 400
+				}
+			}
+		}
+	})
+	body := func(model string) string {
+		return `{"model":"` + model + `","messages":[{"role":"user","content":"summarise","file_ids":["big"]}]}`
+	}
+	r := f.post(t, "/api/v1/chat", body("auto"), "Gateway-Version", filesPin)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	require.Contains(t, string(r.body), `"routed_tier":"vaani"`)
+	require.Contains(t, string(up.bodies[len(up.bodies)-1]), "sizable")
+
+	calls := up.calls.Load()
+	r = f.post(t, "/api/v1/chat", body("mira"), "Gateway-Version", filesPin)
+	require.Equal(t, 400, r.status, "%s", r.body)
+	require.Contains(t, string(r.body), `"code":"context_overflow"`)
+	require.Equal(t, calls, up.calls.Load())
+}
+
 // A chat request without file_ids never reads the file source.
 func TestChatWithoutFilesReadsNoFiles(t *testing.T) {
 	files := &memFiles{files: map[string]hotpath.AttachedFile{}}

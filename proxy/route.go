@@ -88,12 +88,26 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 		t.routing.Effort = string(tier.DefaultEffort)
 	}
 	if t.intent.Auto || t.intent.MaxTokens == 0 {
-		t.intent.MaxTokens = int64(tier.MaxOutput)
-		if t.req.MaxTokens != nil && *t.req.MaxTokens < t.intent.MaxTokens {
-			t.intent.MaxTokens = *t.req.MaxTokens
-		}
+		t.intent.MaxTokens = t.outputFor(t.up)
 	}
 	return nil
+}
+
+// fileRoom is the room up's window leaves the prompt and the turn's own
+// files: the window less the answer's max_tokens and a tenth of it.
+func (t *turn) fileRoom(up *Upstream) int {
+	w := up.Tier.ContextWindow
+	return w - int(t.outputFor(up)) - w/10
+}
+
+// outputFor is the max_tokens a routed turn runs with on up: the tier's
+// most, or less when the request asks for less.
+func (t *turn) outputFor(up *Upstream) int64 {
+	m := int64(up.Tier.MaxOutput)
+	if t.req.MaxTokens != nil && *t.req.MaxTokens < m {
+		m = *t.req.MaxTokens
+	}
+	return m
 }
 
 // autoOrder is the order auto tries the tiers in, by the request's shape.
@@ -165,9 +179,14 @@ const watchCountAbove = 256 << 10
 
 // fits reports whether the prompt, with up's system prompt, fits up's
 // window: by the byte bound when it can, else by a count that stops as soon
-// as it passes the window.
+// as it passes the window. Until they are placed, the turn's own files
+// must fit as placeFiles will demand, with room for the answer and a tenth
+// of the window, so that auto never picks a tier placement refuses.
 func (t *turn) fits(up *Upstream) bool {
 	window := up.Tier.ContextWindow
+	if t.fileFloor > 0 {
+		window = t.fileRoom(up)
+	}
 	if t.bound+t.fileFloor+len(up.cfg.SystemPrompt)+16 <= window {
 		return true
 	}
