@@ -208,7 +208,9 @@ func (a *API) uploadFile(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		n.Pages = &text.Pages
 	}
 	if form.expiresIn != nil {
-		exp := now.Add(time.Duration(*form.expiresIn) * time.Second)
+		// Whole seconds, as the record shows it: the file is gone from
+		// the second it names, not a fraction after.
+		exp := now.Truncate(time.Second).Add(time.Duration(*form.expiresIn) * time.Second)
 		n.ExpiresAt = &exp
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), storeTimeout)
