@@ -53,7 +53,10 @@ var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // parseEvalCase reads and checks one case for key p: its chat fields as the
 // chat route checks them, then its assertions. prefix names where the case
 // came from in a refusal ("line 7: ").
-func (a *API) parseEvalCase(p *hotpath.Principal, f convFields, prefix string) (evalCase, *codec.Error) {
+// parseEvalCase reads one case for the request c: its chat fields are
+// checked under c's key and Gateway-Version pin, as a chat request of c's
+// would be.
+func (a *API) parseEvalCase(c *hotpath.Call, f convFields, prefix string) (evalCase, *codec.Error) {
 	var ec evalCase
 	bad := func(msg string) *codec.Error { return convInvalid(prefix + msg) }
 	for k := range f {
@@ -91,9 +94,9 @@ func (a *API) parseEvalCase(p *hotpath.Principal, f convFields, prefix string) (
 	}
 	// The chat fields are checked by the chat pipeline's own validation,
 	// as a request for any tier would be: the run's tier is not known yet.
-	free := *p
+	free := *c.User
 	free.Models = nil
-	if cerr := a.Evals.Chat.Check(&free, ec.chatBody("auto")); cerr != nil {
+	if cerr := a.Evals.Chat.Check(&free, ec.chatBody("auto"), c.Version, c.Pinned); cerr != nil {
 		e := *cerr
 		e.Message = prefix + e.Message
 		return ec, &e
@@ -301,7 +304,7 @@ func caseJSON(c storage.EvalCase) evalCaseJSON {
 
 // caseBody parses and checks one case body, returning it encoded for
 // storage.
-func (a *API) caseBody(p *hotpath.Principal, body []byte, prefix string) ([]byte, *codec.Error) {
+func (a *API) caseBody(c *hotpath.Call, body []byte, prefix string) ([]byte, *codec.Error) {
 	if len(body) > evalCaseMax {
 		return nil, convInvalid(prefix + "A case is at most " + strconv.Itoa(evalCaseMax) + " bytes of JSON.")
 	}
@@ -311,7 +314,7 @@ func (a *API) caseBody(p *hotpath.Principal, body []byte, prefix string) ([]byte
 		e.Message = prefix + e.Message
 		return nil, &e
 	}
-	ec, cerr := a.parseEvalCase(p, f, prefix)
+	ec, cerr := a.parseEvalCase(c, f, prefix)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -320,7 +323,7 @@ func (a *API) caseBody(p *hotpath.Principal, body []byte, prefix string) ([]byte
 }
 
 func (a *API) createEvalCase(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
-	b, cerr := a.caseBody(c.User, ctx.PostBody(), "")
+	b, cerr := a.caseBody(c, ctx.PostBody(), "")
 	if cerr != nil {
 		return cerr
 	}
@@ -351,7 +354,7 @@ func (a *API) importEvalCases(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		if len(bodies) == evalImportLines {
 			return convInvalid("An import holds at most " + strconv.Itoa(evalImportLines) + " cases.")
 		}
-		b, cerr := a.caseBody(c.User, l, "line "+strconv.Itoa(line)+": ")
+		b, cerr := a.caseBody(c, l, "line "+strconv.Itoa(line)+": ")
 		if cerr != nil {
 			return cerr
 		}
@@ -430,7 +433,7 @@ func (a *API) updateEvalCase(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		f[k] = v
 	}
 	merged, _ := json.Marshal(f)
-	b, cerr := a.caseBody(c.User, merged, "")
+	b, cerr := a.caseBody(c, merged, "")
 	if cerr != nil {
 		return cerr
 	}

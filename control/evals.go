@@ -19,8 +19,9 @@ import (
 // EvalChat is the chat pipeline as evals use it. cmd wires proxy.Chat and
 // proxy.CompileSchema behind it; control never imports proxy.
 type EvalChat interface {
-	// Check validates a chat request body as the chat routes do.
-	Check(p *hotpath.Principal, body []byte) *codec.Error
+	// Check validates a chat request body as the chat routes do, for a
+	// request under version (pinned: the client sent that pin).
+	Check(p *hotpath.Principal, body []byte, version codec.Version, pinned bool) *codec.Error
 	// Complete runs one non-streaming turn through the pipeline and records
 	// its ledger row under route with requestID.
 	Complete(p *hotpath.Principal, body []byte, requestID, route string) hotpath.TurnResult

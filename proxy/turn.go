@@ -31,7 +31,9 @@ func (ch *Chat) Complete(p *hotpath.Principal, body []byte, requestID, route str
 	ctx.Request.SetBody(body)
 	c := hotpath.AcquireCall()
 	defer hotpath.ReleaseCall(c)
-	c.Start, c.User, c.Version = time.Now(), p, codec.CurrentVersion
+	// The gateway's own work speaks the current contract, pinned: what it
+	// runs was checked under its writer's pin when it was stored (Check).
+	c.Start, c.User, c.Version, c.Pinned = time.Now(), p, codec.CurrentVersion, true
 	c.SetID([]byte(requestID))
 	c.SetTrace(nil) // a trace of its own, as a request without traceparent gets
 	err := ch.serveTurn(ctx, c, chatV1, &res)
@@ -60,15 +62,16 @@ func (ch *Chat) Complete(p *hotpath.Principal, body []byte, requestID, route str
 }
 
 // Check validates a chat request body as the chat routes do (decoding,
-// messages, tools, tool_choice, response_format, attachments), for key p,
-// and calls nothing. Stored requests (eval cases) are checked with it when
+// messages, tools, tool_choice, response_format, attachments), for key p
+// and a request under version (pinned: the client sent that pin), and
+// calls nothing. Stored requests (eval cases) are checked with it when
 // they are written, so a refusal names the field then, not at run time.
-func (ch *Chat) Check(p *hotpath.Principal, body []byte) *codec.Error {
+func (ch *Chat) Check(p *hotpath.Principal, body []byte, version codec.Version, pinned bool) *codec.Error {
 	var req codec.ChatRequest
 	if cerr := decodeChatBody(body, &req); cerr != nil {
 		return cerr
 	}
-	_, cerr := validateChat(&req, chatV1, ch.tiers, p, codec.CurrentVersion, false)
+	_, cerr := validateChat(&req, chatV1, ch.tiers, p, version, pinned)
 	return cerr
 }
 

@@ -80,8 +80,12 @@ func TestCompleteOutcomes(t *testing.T) {
 			require.Equal(t, tc.code.Status(), last.Status)
 		})
 	}
-	require.Nil(t, f.chat.Check(p, []byte(tool)))
-	require.Equal(t, codec.CodeInvalidRequest, f.chat.Check(p, []byte(`{"model":"auto","messages":[]}`)).Code)
+	require.Nil(t, f.chat.Check(p, []byte(tool), codec.CurrentVersion, false))
+	require.Equal(t, codec.CodeInvalidRequest, f.chat.Check(p, []byte(`{"model":"auto","messages":[]}`), codec.CurrentVersion, false).Code)
+	// file_ids need the pin, as on the chat route.
+	files := []byte(`{"model":"auto","messages":[{"role":"user","content":"see","file_ids":["f1"]}]}`)
+	require.Equal(t, codec.CodeInvalidRequest, f.chat.Check(p, files, codec.CurrentVersion, false).Code)
+	require.Nil(t, f.chat.Check(p, files, codec.VersionChatFileIDs, true))
 	require.Equal(t, []string{"kavi", "vaani", "mira", "auto"}, f.chat.Models())
 
 	s, cerr := CompileSchema([]byte(`{"type":"object","required":["a"]}`))

@@ -688,3 +688,35 @@ func TestEvalTimestampsToTheSecond(t *testing.T) {
 	second(run["finished_at"])
 	second(c.results(t, runID)[0]["finished_at"])
 }
+
+// A case may attach files as a chat request does: under the
+// 2026-10-05 pin, which its writer must send as the chat route demands,
+// and the run then reads the files into the turn.
+func TestEvalCaseAttachesFiles(t *testing.T) {
+	ta := startTestApp(t)
+	ada := convTenant(t, ta, "evalfiles@example.com")
+	c := evalClient{addr: ta.Addr(), key: ada.key}
+	file := ada.uploadText(t, "brief.txt", strings.Repeat("attached words ", 400))
+	suite := c.suite(t, "With files")
+	msg := func(text string, files ...string) map[string]any {
+		m := map[string]any{"role": "user", "content": text}
+		if files != nil {
+			m["file_ids"] = files
+		}
+		return map[string]any{"messages": []any{m}, "assertions": []any{eq("ok")}}
+	}
+	path := "/api/v1/evals/suites/" + suite + "/cases"
+	requireError(t, call(t, ta.Addr(), "POST", path, ada.key, msg("[[sim:reply=ok]]", file)), 400, "invalid_request")
+	r := call(t, ta.Addr(), "POST", path, ada.key, msg("[[sim:reply=ok]]", file), "Gateway-Version", "2026-10-05")
+	require.Equal(t, 201, r.status, "%s", r.raw)
+	c.ok(t, 201, "POST", path, msg("[[sim:reply=ok]]"))
+
+	run := c.ok(t, 202, "POST", "/api/v1/evals/suites/"+suite+"/runs", map[string]any{})
+	run = c.waitRun(t, run["id"].(string), 30*time.Second)
+	require.Equal(t, "completed", run["status"], "%v", run)
+	require.EqualValues(t, 2, run["counts"].(map[string]any)["passed"], "%v", run)
+	results := c.results(t, run["id"].(string))
+	require.Len(t, results, 2)
+	with, without := results[0]["input_tokens"].(float64), results[1]["input_tokens"].(float64)
+	require.Greater(t, with, without+400, "the file's words are the first case's input")
+}
