@@ -60,6 +60,19 @@ func filesFixture(t *testing.T, files *memFiles, opts ...func(*fixtureOptions)) 
 	return newChatFixture(t, all...), up
 }
 
+// smallMira gives mira a window of 4000 tokens and answers of at most 200.
+func smallMira(o *fixtureOptions) {
+	prev := o.tiers
+	o.tiers = func(ts []hotpath.Tier) {
+		prev(ts)
+		for i := range ts {
+			if ts[i].Name == "mira" {
+				ts[i].ContextWindow, ts[i].MaxOutput = 4000, 200
+			}
+		}
+	}
+}
+
 // upstreamMessages are the messages of the last upstream call, as
 // role: text pairs (text parts joined).
 func upstreamMessages(t *testing.T, up *fakeUpstream) []map[string]any {
@@ -216,17 +229,7 @@ func TestChatOmitsEarlierFilesToFitTheWindow(t *testing.T) {
 		"now":   textFile("now", "now.txt", doc("current")),
 		"giant": textFile("giant", "giant.txt", doc("enormous")+doc("enormous")+doc("enormous")),
 	}}
-	f, up := filesFixture(t, files, func(o *fixtureOptions) {
-		prev := o.tiers
-		o.tiers = func(ts []hotpath.Tier) {
-			prev(ts)
-			for i := range ts {
-				if ts[i].Name == "mira" {
-					ts[i].ContextWindow, ts[i].MaxOutput = 4000, 200
-				}
-			}
-		}
-	})
+	f, up := filesFixture(t, files, smallMira)
 	// 4000 window, 200 max_tokens, 400 margin: 3400 for the prompt; each
 	// file is about 700 tokens, so the two earlier files fit together with
 	// the current one only when small enough: here the oldest goes.
@@ -285,17 +288,7 @@ func TestAutoRoutesFilesToATierWithRoomForThem(t *testing.T) {
 	files := &memFiles{files: map[string]hotpath.AttachedFile{
 		"big": textFile("big", "big.txt", strings.Repeat("sizable ", 3500)),
 	}}
-	f, up := filesFixture(t, files, func(o *fixtureOptions) {
-		prev := o.tiers
-		o.tiers = func(ts []hotpath.Tier) {
-			prev(ts)
-			for i := range ts {
-				if ts[i].Name == "mira" {
-					ts[i].ContextWindow, ts[i].MaxOutput = 4000, 200 // room: 4000 - 200 - 400
-				}
-			}
-		}
-	})
+	f, up := filesFixture(t, files, smallMira) // room: 4000 - 200 - 400
 	body := func(model string) string {
 		return `{"model":"` + model + `","messages":[{"role":"user","content":"summarise","file_ids":["big"]}]}`
 	}
