@@ -42,6 +42,10 @@ type EvalRunner struct {
 	Lease time.Duration
 	// Poll is how often an idle runner looks for work. Default 500ms.
 	Poll time.Duration
+	// Ledger, when set, is flushed before each result is written, so that
+	// a run's cost, the sum of its ledger rows, is whole once its last
+	// result is: the run's end event and reads carry it.
+	Ledger interface{ Flush(context.Context) error }
 
 	once    sync.Once
 	wake    chan struct{}
@@ -157,6 +161,13 @@ func (r *EvalRunner) work(it *storage.EvalItem) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
+	if r.Ledger != nil {
+		// A row the ledger cannot write now waits in its spool; the
+		// result is written anyway, and the cost catches up on replay.
+		if err := r.Ledger.Flush(ctx); err != nil {
+			r.logError("cannot flush the ledger before an eval result", err)
+		}
+	}
 	if _, err := r.DB.FinishEvalItem(ctx, it, out, stopRun); err != nil {
 		r.logError("cannot write eval result", err)
 	}

@@ -49,6 +49,9 @@ func (a *app) startEvals(chat *proxy.Chat, log *slog.Logger) control.EvalConfig 
 	ec := evalChat{chat}
 	r := &control.EvalRunner{DB: a.db, Chat: ec, Log: log, Workers: f.Workers, FleetConcurrency: f.Fleet,
 		Lease: f.Lease, Poll: f.Poll}
+	if a.ledger != nil {
+		r.Ledger = a.ledger
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.evalStop, a.evalDone = cancel, make(chan struct{})
 	go func() { defer close(a.evalDone); r.Run(ctx) }()

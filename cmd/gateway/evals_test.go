@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"net/http"
@@ -719,4 +720,28 @@ func TestEvalCaseAttachesFiles(t *testing.T) {
 	require.Len(t, results, 2)
 	with, without := results[0]["input_tokens"].(float64), results[1]["input_tokens"].(float64)
 	require.Greater(t, with, without+400, "the file's words are the first case's input")
+}
+
+// A run's cost is whole from the moment it ends: its end event carries the
+// sum of its ledger rows, judges included, though the ledger writes its
+// batches only every few seconds here.
+func TestEvalRunCostIsWholeWhenItEnds(t *testing.T) {
+	ta := startTestApp(t, func(c *serveConfig) { c.Ledger.FlushInterval = 5 * time.Second })
+	tn := newTenant(t, ta.dbURL, "evalcost@example.com")
+	c := evalClient{addr: ta.Addr(), key: tn.key}
+	suite := c.suite(t, "Costed")
+	c.addCase(t, suite, "[[sim:reply=Sorry]]", map[string]any{"type": "judge",
+		"rubric": `Apologises. [[sim:reply={"pass":true,"reason":"yes"}]]`})
+	runID := c.ok(t, 202, "POST", "/api/v1/evals/suites/"+suite+"/runs", map[string]any{})["id"].(string)
+
+	ended := c.do(t, "GET", "/api/v1/evals/runs/"+runID+"/events", nil)
+	require.Equal(t, 200, ended.status)
+	_, end, ok := strings.Cut(string(ended.raw), "event: end\ndata: ")
+	require.True(t, ok, "%s", ended.raw)
+	var run map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(end)), &run))
+	require.Equal(t, "completed", run["status"])
+	cost, _ := runLedger(t, ta.dbURL, runID)
+	require.Positive(t, cost)
+	require.Equal(t, cost, picoOf(t, run["cost"]), "the end event's cost is the ledger's")
 }
