@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -753,4 +754,31 @@ func TestShutdownDrainsKeptConnections(t *testing.T) {
 	var out strings.Builder
 	f.set.WritePrometheus(&out)
 	require.Contains(t, out.String(), fmt.Sprintf(`gateway_errors_total{code="server_shutting_down"} %d`, len(lcPaths)))
+}
+
+// A client still uploading a body over the bound reads the 413 whole, then
+// the connection's end, and every byte it sends meanwhile is taken: the
+// server shuts its side and drains the rest before closing (a lingering
+// close). Closed at once with the upload unread, the socket reset the
+// connection, the client's writes failed, and the 413 in its receive queue
+// was lost: what SDKs sending a large image saw, as a connection error.
+func TestOversizeUploadGetsItsAnswer(t *testing.T) {
+	f := newLifecycleFixture(t)
+	rc := f.dialRaw(t)
+	const size = 4 << 20
+	_, err := fmt.Fprintf(rc.c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"+
+		"Content-Length: %d\r\n\r\n", size)
+	require.NoError(t, err)
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	for sent := 0; sent < size; sent += len(chunk) {
+		_, err := rc.c.Write(chunk)
+		require.NoError(t, err, "after %d bytes of the upload", sent)
+	}
+	resp, out, err := rc.read(t)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "%s", out)
+	require.Contains(t, string(out), `"payload_too_large"`)
+	require.True(t, resp.Close)
+	_, err = rc.br.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the server's end, not a reset")
 }

@@ -81,6 +81,7 @@ type edgeConn struct {
 	inLine   bool // reading the head's request line
 	lineLen  int  // bytes kept in line
 	line     [requestLineKept]byte
+	linger   bool // Close drains what the client still sends (lingerOnClose)
 }
 
 // requestLineKept is how much of a request line a connection keeps: the
@@ -179,6 +180,53 @@ func (c *edgeConn) Write(p []byte) (int, error) {
 }
 
 var interim = []byte("HTTP/1.1 100 ")
+
+// Lingering close bounds: the longest Close drains a refused request's
+// rest, and the longest it waits for the next byte of it.
+const (
+	lingerFor  = 5 * time.Second
+	lingerIdle = time.Second
+)
+
+// lingerOnClose makes Close end the connection as a lingering close: the
+// answer to a request the server refused unread (a body over the bound, a
+// head too large) goes out, the sending side is shut, and what the client
+// still sends is read and dropped until it stops, for at most lingerFor,
+// before the socket closes. Closed at once, with the client's bytes unread,
+// the socket resets the connection, and a client still uploading (an SDK
+// sending a 9 MiB body) loses the 413 in its receive queue and sees only a
+// connection error.
+func (c *edgeConn) lingerOnClose() { c.linger = true }
+
+// Close closes the connection, lingering when lingerOnClose asked.
+func (c *edgeConn) Close() error {
+	if c.linger {
+		c.linger = false
+		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			c.drain(time.Now().Add(lingerFor))
+		}
+	}
+	return c.Conn.Close()
+}
+
+// drain reads and drops what arrives until the peer closes, stays quiet
+// for lingerIdle, or end passes.
+func (c *edgeConn) drain(end time.Time) {
+	buf := make([]byte, 32<<10)
+	for {
+		now := time.Now()
+		next := now.Add(lingerIdle)
+		if end.Before(next) {
+			next = end
+		}
+		if !now.Before(end) || c.Conn.SetReadDeadline(next) != nil {
+			return
+		}
+		if _, err := c.Conn.Read(buf); err != nil {
+			return
+		}
+	}
+}
 
 // SyscallConn exposes the socket, for the departure watcher.
 func (c *edgeConn) SyscallConn() (syscall.RawConn, error) {

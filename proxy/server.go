@@ -435,6 +435,11 @@ func (e *Edge) ParseError(ctx *fasthttp.RequestCtx, err error) {
 		_ = ctx.Conn().Close()
 		return
 	}
+	// The request's rest may still be on its way: the connection closes
+	// lingering, so that the answer reaches the client.
+	if lc, ok := ctx.Conn().(interface{ lingerOnClose() }); ok {
+		lc.lingerOnClose()
+	}
 	e.refuse(ctx, requestWire(ctx.Conn()), cerr, true)
 }
 
