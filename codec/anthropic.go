@@ -28,6 +28,23 @@ type MessagesRequest struct {
 	// servers, code execution), refused as server tools are.
 	MCPServers json.RawMessage `json:"mcp_servers,omitempty"`
 	Container  json.RawMessage `json:"container,omitempty"`
+	// OutputConfig asks for structured output (format) and an effort;
+	// OutputFormat is the structured-outputs beta's name for format.
+	OutputConfig *AnthropicOutputConfig `json:"output_config,omitempty"`
+	OutputFormat *AnthropicOutputFormat `json:"output_format,omitempty"`
+}
+
+// AnthropicOutputConfig is the request's output_config.
+type AnthropicOutputConfig struct {
+	Format *AnthropicOutputFormat `json:"format,omitempty"`
+	Effort *string                `json:"effort,omitempty"`
+}
+
+// AnthropicOutputFormat is a structured-output format: a JSON schema the
+// reply's text must satisfy.
+type AnthropicOutputFormat struct {
+	Type   string          `json:"type"`
+	Schema json.RawMessage `json:"schema,omitempty"`
 }
 
 // AnthropicRequestMeta is the request's metadata; user_id is accepted and
@@ -105,6 +122,47 @@ const (
 
 func anthropicRefusal(msg string) *Error { return &Error{Code: CodeInvalidRequest, Message: msg} }
 
+// outputConfig maps output_config (or the beta's output_format) onto the
+// chat request: a json_schema format becomes a strict json_schema
+// response_format, which the pipeline enforces on the reply's text; an
+// effort becomes the reasoning effort, unless thinking set one. Anthropic's
+// efforts above high (xhigh, max) are this gateway's high.
+func (r *MessagesRequest) outputConfig(out *ChatRequest) *Error {
+	f, path := r.OutputFormat, "output_format"
+	if oc := r.OutputConfig; oc != nil {
+		if oc.Format != nil {
+			if f != nil {
+				return anthropicRefusal("output_format: send the format in output_config.format only.")
+			}
+			f, path = oc.Format, "output_config.format"
+		}
+		if oc.Effort != nil && out.ReasoningEffort == nil {
+			effort := *oc.Effort
+			switch effort {
+			case "low", "medium", "high":
+			case "xhigh", "max":
+				effort = "high"
+			default:
+				return anthropicRefusal("output_config.effort: must be low, medium, high, xhigh or max.")
+			}
+			out.ReasoningEffort = &effort
+		}
+	}
+	if f == nil {
+		return nil
+	}
+	if f.Type != "json_schema" {
+		return anthropicRefusal(path + ".type: must be json_schema.")
+	}
+	if s := trimSpace(f.Schema); len(s) == 0 || s[0] != '{' {
+		return anthropicRefusal(path + ".schema: Field required; a JSON Schema object.")
+	}
+	strict := true
+	out.ResponseFormat = &ResponseFormat{Type: "json_schema",
+		JSONSchema: &JSONSchema{Name: "output", Schema: f.Schema, Strict: &strict}}
+	return nil
+}
+
 // ShowsThinking reports whether the request asked to see thinking blocks.
 func (r *MessagesRequest) ShowsThinking() bool {
 	return r.Thinking != nil && (r.Thinking.Type == "enabled" || r.Thinking.Type == "adaptive")
@@ -174,6 +232,10 @@ func (r *MessagesRequest) ToChat(out *ChatRequest, counting bool) *Error {
 		if effort != "" {
 			out.ReasoningEffort = &effort
 		}
+	}
+
+	if e := r.outputConfig(out); e != nil {
+		return e
 	}
 
 	// system

@@ -359,3 +359,29 @@ func TestAnthropicTooLargeAndHeaders(t *testing.T) {
 		}
 	}
 }
+
+// Structured output through the SDK: output_config.format is a strict
+// json_schema response format, so the reply's text is JSON that satisfies
+// the schema; a format without a schema is refused, not ignored.
+func TestAnthropicSDKStructuredOutput(t *testing.T) {
+	f := newChatFixture(t)
+	ctx := context.Background()
+	client := anthropicClient(f, f.key)
+	schema := map[string]any{"type": "object", "additionalProperties": false, "required": []any{"city", "days"},
+		"properties": map[string]any{"city": map[string]any{"type": "string"}, "days": map[string]any{"type": "integer"}}}
+	msg, err := client.Messages.New(ctx, anthropic.MessageNewParams{Model: "mira", MaxTokens: 256,
+		Messages:     []anthropic.MessageParam{userText("Plan a trip [[sim:json]]")},
+		OutputConfig: anthropic.OutputConfigParam{Format: anthropic.JSONOutputFormatParam{Schema: schema}}})
+	require.NoError(t, err)
+	require.Len(t, msg.Content, 1)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(msg.Content[0].Text), &got), "%q", msg.Content[0].Text)
+	require.IsType(t, "", got["city"])
+	require.IsType(t, 0.0, got["days"])
+	require.Len(t, got, 2)
+
+	r := f.post(t, "/v1/messages", `{"model":"mira","max_tokens":64,"messages":[{"role":"user","content":"hi"}],`+
+		`"output_config":{"format":{"type":"json_schema"}}}`, "x-api-key", f.key)
+	require.Equal(t, 400, r.status, "%s", r.body)
+	require.Contains(t, string(r.body), "output_config.format.schema")
+}
