@@ -1,6 +1,10 @@
 package codec
 
-import "strconv"
+import (
+	"bytes"
+	"slices"
+	"strconv"
+)
 
 // ResponseOutput is the output of one Responses API response as it is
 // built: its items in order, their text and arguments kept as the inner
@@ -87,6 +91,80 @@ type ResponseHead struct {
 	// Serial echoes a request's parallel_tool_calls: false; the zero value
 	// is OpenAI's default, true.
 	Serial bool
+	// Echo is the request's fields every response object repeats
+	// (AppendResponseEcho), as members without braces.
+	Echo []byte
+}
+
+// AppendResponseEcho appends the members a response object repeats from
+// its request, as OpenAI's does and the SDKs' types require: instructions
+// (null when none), metadata ({} when none), temperature and top_p (null
+// when not sent), tool_choice ("auto" when not sent) and tools ([] when
+// none), each tool as a function tool.
+func AppendResponseEcho(dst []byte, r *ResponsesRequest) []byte {
+	dst = append(dst, `"instructions":`...)
+	if r.Instructions != nil {
+		dst = AppendJSONString(dst, *r.Instructions)
+	} else {
+		dst = append(dst, "null"...)
+	}
+	dst = append(dst, `,"metadata":{`...)
+	if len(r.Metadata) > 0 {
+		keys := make([]string, 0, len(r.Metadata))
+		for k := range r.Metadata {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = AppendJSONString(dst, k)
+			dst = append(dst, ':')
+			dst = AppendJSONString(dst, r.Metadata[k])
+		}
+	}
+	dst = append(dst, `},"temperature":`...)
+	dst = appendOptFloat(dst, r.Temperature)
+	dst = append(dst, `,"tool_choice":`...)
+	if tc := trimSpace(r.ToolChoice); len(tc) > 0 && !bytes.Equal(tc, []byte("null")) {
+		dst = append(dst, tc...)
+	} else {
+		dst = append(dst, `"auto"`...)
+	}
+	dst = append(dst, `,"tools":[`...)
+	for i := range r.Tools {
+		t := &r.Tools[i]
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"type":"function","name":`...)
+		dst = AppendJSONString(dst, t.Name)
+		dst = append(dst, `,"description":`...)
+		if t.Description != "" {
+			dst = AppendJSONString(dst, t.Description)
+		} else {
+			dst = append(dst, "null"...)
+		}
+		dst = append(dst, `,"parameters":`...)
+		if p := trimSpace(t.Parameters); len(p) > 0 {
+			dst = append(dst, p...)
+		} else {
+			dst = append(dst, "null"...)
+		}
+		dst = append(dst, `,"strict":`...)
+		dst = strconv.AppendBool(dst, t.Strict == nil || *t.Strict)
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `],"top_p":`...)
+	return appendOptFloat(dst, r.TopP)
+}
+
+func appendOptFloat(dst []byte, f *float64) []byte {
+	if f == nil {
+		return append(dst, "null"...)
+	}
+	return strconv.AppendFloat(dst, *f, 'g', -1, 64)
 }
 
 // AppendResponseItemID appends the id of item i: msg_ or fc_, the
@@ -214,7 +292,12 @@ func AppendResponse(dst []byte, h *ResponseHead, o *ResponseOutput, e *ResponseE
 	} else {
 		dst = append(dst, `],"parallel_tool_calls":true`...)
 	}
-	dst = append(dst, `,"previous_response_id":null,"store":false,"usage":`...)
+	dst = append(dst, `,"previous_response_id":null,"store":false,`...)
+	dst = append(dst, h.Echo...)
+	if len(h.Echo) > 0 {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"usage":`...)
 	if b := e.Bill; b != nil {
 		dst = append(dst, `{"input_tokens":`...)
 		dst = strconv.AppendInt(dst, b.InputTokens, 10)

@@ -413,6 +413,7 @@ type turn struct {
 	responses       codec.ResponsesRequest
 	rout            codec.ResponseOutput
 	rhead           codec.ResponseHead
+	recho           []byte // rhead.Echo's bytes, kept from turn to turn
 	seq             int64
 	reasoningTokens int64
 	// cw is the client's writer while the stream pumps; gone says a
@@ -456,7 +457,7 @@ func acquireTurn() *turn { return turnPool.Get().(*turn) }
 
 func releaseTurn(t *turn) {
 	t.folds.Wait() // a background count still holds t
-	out, delivered, gw, rid, ahead := t.out[:0], t.delivered[:0], t.gw[:0], t.requestID[:0], t.ahead[:0]
+	out, delivered, gw, rid, ahead, recho := t.out[:0], t.delivered[:0], t.gw[:0], t.requestID[:0], t.ahead[:0], t.recho[:0]
 	if cap(out) > 256<<10 {
 		out = nil
 	}
@@ -465,6 +466,9 @@ func releaseTurn(t *turn) {
 	}
 	if cap(ahead) > 64<<10 {
 		ahead = nil
+	}
+	if cap(recho) > 64<<10 {
+		recho = nil
 	}
 	rout := t.rout
 	rout.Reset()
@@ -476,7 +480,7 @@ func releaseTurn(t *turn) {
 	if cap(queue.buf) > 256<<10 || cap(queue.lit) > 256<<10 {
 		queue = toolQueue{}
 	}
-	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid, ahead: ahead, rout: rout, queue: queue}
+	*t = turn{out: out, delivered: delivered, gw: gw, requestID: rid, ahead: ahead, recho: recho, rout: rout, queue: queue}
 	turnPool.Put(t)
 }
 

@@ -39,6 +39,16 @@ func TestResponsesSDKCreate(t *testing.T) {
 	require.Equal(t, int64(5), resp.Usage.OutputTokens)
 	require.Positive(t, resp.Usage.InputTokens)
 	require.Equal(t, resp.Usage.InputTokens+resp.Usage.OutputTokens, resp.Usage.TotalTokens)
+	// The request's fields the SDK's Response type requires come back, as
+	// OpenAI's do.
+	require.Equal(t, "Be brief.", resp.Instructions.OfString)
+	require.Equal(t, "auto", string(resp.ToolChoice.OfToolChoiceMode))
+	require.NotNil(t, resp.Tools, "tools is [] without tools, never missing")
+	require.Empty(t, resp.Tools)
+	require.Empty(t, resp.Metadata)
+	for _, field := range []string{"instructions", "metadata", "temperature", "tool_choice", "tools", "top_p"} {
+		require.True(t, fieldPresent(resp.RawJSON(), field), field)
+	}
 
 	resp, err = client.Responses.New(ctx, responses.ResponseNewParams{
 		Model:           "mira",
@@ -233,6 +243,8 @@ func TestResponsesSDKFunctionRoundTrip(t *testing.T) {
 				resp, err = client.Responses.New(ctx, params)
 				require.NoError(t, err)
 			}
+			require.Len(t, resp.Tools, 1, "the declared tools come back")
+			require.Equal(t, "get_weather", resp.Tools[0].Name)
 			var calls []responses.ResponseFunctionToolCall
 			for _, item := range resp.Output {
 				if item.Type == "function_call" {
@@ -323,4 +335,14 @@ func TestResponsesRefusals(t *testing.T) {
 			require.Contains(t, env.Error.Message, c.msg)
 		})
 	}
+}
+
+// fieldPresent reports whether the JSON object raw has a member named field.
+func fieldPresent(raw, field string) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal([]byte(raw), &m) != nil {
+		return false
+	}
+	_, ok := m[field]
+	return ok
 }

@@ -252,8 +252,9 @@ func (t *turn) decodeResponses(body []byte) *codec.Error {
 
 // responseHead fills the head the Responses wire repeats.
 func (t *turn) responseHead() *codec.ResponseHead {
+	t.recho = codec.AppendResponseEcho(t.recho[:0], &t.responses)
 	t.rhead = codec.ResponseHead{ID: t.head.ID, CreatedAt: t.head.Created, Model: t.head.Model, MaxOutput: t.intent.MaxTokens,
-		Serial: t.req.ParallelToolCalls != nil && !*t.req.ParallelToolCalls}
+		Serial: t.req.ParallelToolCalls != nil && !*t.req.ParallelToolCalls, Echo: t.recho}
 	return &t.rhead
 }
 
