@@ -101,7 +101,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Demo, "demo", false, "seed a demo organization, user and developer key, and print the key")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "json or text")
-	fs.BoolVar(&c.AccessLog, "access-log", false, "log one line per request (id, route, status, duration, key id)")
+	fs.BoolVar(&c.AccessLog, "access-log", false, "log one line per request (request_id, trace_id, method, route, status, duration, key_id)")
 	fs.Int64Var(&c.Keys.MaxKeys, "key-cache-size", 100_000, "key records held in the cache")
 	fs.DurationVar(&c.Keys.TTL, "key-cache-ttl", 5*time.Minute, "longest a cached key record is trusted without a refetch")
 	fs.IntVar(&c.MaxBodySize, "max-body-size", 8<<20, "largest request body accepted, bytes")
