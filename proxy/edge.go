@@ -75,8 +75,9 @@ type EdgeConfig struct {
 	Log *slog.Logger
 	// Metrics is where the edge registers its metrics. Required.
 	Metrics *metrics.Set
-	// AccessLog writes one line per request: id, method, route, status,
-	// duration and key id; never a path's query, a body or a key.
+	// AccessLog writes one line per request: request id, trace id, method,
+	// route, status, duration and key id; never a path's query, a body or a
+	// key.
 	AccessLog bool
 	// Limits meters user routes in per-minute windows; nil meters nothing.
 	Limits *meter.Limits

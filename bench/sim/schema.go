@@ -344,7 +344,14 @@ func propSchema(m, props map[string]any, name string) any {
 }
 
 func (g *schemaGen) array(dst []byte, m map[string]any, depth int) []byte {
+	// One item shows the items' shape; past half the depth bound an array
+	// holds what minItems demands and no more, so that a recursive schema
+	// (a tree whose nodes list their children) ends in empty lists instead
+	// of running into the bound, where no instance is valid.
 	n := 1
+	if depth > maxSchemaDepth/2 {
+		n = 0
+	}
 	if v, ok := m["minItems"].(float64); ok {
 		n = max(n, clampCount(v, maxSchemaItems))
 	}

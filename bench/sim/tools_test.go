@@ -324,6 +324,8 @@ func TestSchemaInstances(t *testing.T) {
 		`{"oneOf":[{"type":"string","format":"uuid"},{"type":"integer"}]}`,
 		`{"type":"object","properties":{"d":{"type":"string","format":"date"},"u":{"type":"string","format":"uri"}},"required":["d","u","free"],"additionalProperties":{"type":"integer"}}`,
 		`{"$ref":"#/definitions/x","definitions":{"x":{"type":"object","properties":{"self":{"$ref":"#/definitions/x"}},"required":["k"]}}}`,
+		// A tree: its only finite instances end in empty child lists.
+		`{"$ref":"#/$defs/n","$defs":{"n":{"type":"object","properties":{"name":{"type":"string"},"children":{"type":"array","items":{"$ref":"#/$defs/n"}}},"required":["name","children"],"additionalProperties":false}}}`,
 		`{"type":"null"}`,
 		`{}`,
 	} {
