@@ -23,12 +23,15 @@ type Catalogue struct {
 	openaiByID, anthropicByID map[string][]byte
 }
 
-// anthropicModel is a model as Anthropic's Models API shows it.
+// anthropicModel is a model as Anthropic's Models API shows it, with the
+// window and the answer's cap the SDKs' ModelInfo carries.
 type anthropicModel struct {
-	Type        string `json:"type"`
-	ID          string `json:"id"`
-	DisplayName string `json:"display_name"`
-	CreatedAt   string `json:"created_at"`
+	Type           string `json:"type"`
+	ID             string `json:"id"`
+	DisplayName    string `json:"display_name"`
+	CreatedAt      string `json:"created_at"`
+	MaxInputTokens int    `json:"max_input_tokens"`
+	MaxTokens      int    `json:"max_tokens"`
 }
 
 // anthropicList is Anthropic's page of models: all of them, on one page.
@@ -103,7 +106,7 @@ func NewCatalogue(tiers []hotpath.Tier) (*Catalogue, error) {
 		})
 		om := openAIModel{ID: t.Name, Object: "model", Created: t.Created, OwnedBy: t.OwnedBy}
 		am := anthropicModel{Type: "model", ID: t.Name, DisplayName: t.Label,
-			CreatedAt: time.Unix(t.Created, 0).UTC().Format(time.RFC3339)}
+			CreatedAt: time.Unix(t.Created, 0).UTC().Format(time.RFC3339), MaxInputTokens: t.ContextWindow, MaxTokens: t.MaxOutput}
 		openai.Data = append(openai.Data, om)
 		anthropic.Data = append(anthropic.Data, am)
 		var err error

@@ -66,6 +66,8 @@ func TestModelsForBothSDKs(t *testing.T) {
 	am, err := ac.Models.Get(ctx, "mira", anthropic.ModelGetParams{})
 	require.NoError(t, err)
 	require.Equal(t, "mira", am.ID)
+	require.Equal(t, int64(65536), am.MaxInputTokens, "the tier's window")
+	require.Equal(t, int64(2048), am.MaxTokens, "the tier's cap on an answer")
 	_, err = ac.Models.Get(ctx, "claude-x", anthropic.ModelGetParams{})
 	var aerr *anthropic.Error
 	require.ErrorAs(t, err, &aerr)
