@@ -436,8 +436,10 @@ func (e *Edge) ParseError(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	// The request's rest may still be on its way: the connection closes
-	// lingering, so that the answer reaches the client.
-	if lc, ok := ctx.Conn().(interface{ lingerOnClose() }); ok {
+	// lingering, so that the answer reaches the client. Not after a read
+	// timeout: a client too slow to send its request in time would only
+	// hold the connection longer.
+	if lc, ok := ctx.Conn().(interface{ lingerOnClose() }); ok && cerr.Code != codec.CodeRequestTimeout {
 		lc.lingerOnClose()
 	}
 	e.refuse(ctx, requestWire(ctx.Conn()), cerr, true)
