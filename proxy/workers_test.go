@@ -26,15 +26,21 @@ func goid() int {
 }
 
 // A job handed over while a worker waits runs on that worker: its
-// goroutine, with the stack it has grown.
+// goroutine, with the stack it has grown. A hundred jobs one after another
+// run on a few goroutines, not a hundred. (A job handed over while the
+// last one's worker is between its job and its wait starts a second
+// worker; from then on one of the two is always waiting. Asserting that a
+// given job reuses a given worker raced with that moment, and failed once
+// under the race detector.)
 func TestWorkersReuseAWaitingWorker(t *testing.T) {
 	w := newWorkers()
 	ids := make(chan int, 1)
-	w.Go(funcJob(func() { ids <- goid() }))
-	first := <-ids
-	require.Eventually(t, func() bool { return w.idle.Load() == 1 }, 5*time.Second, time.Millisecond)
-	w.Go(funcJob(func() { ids <- goid() }))
-	require.Equal(t, first, <-ids)
+	seen := map[int]bool{}
+	for range 100 {
+		w.Go(funcJob(func() { ids <- goid() }))
+		seen[<-ids] = true
+	}
+	require.Less(t, len(seen), 10, "goroutines that ran 100 jobs one after another")
 }
 
 // Jobs that overlap get workers of their own; once done, no more than
