@@ -88,7 +88,7 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 		t.routing.Effort = string(tier.DefaultEffort)
 	}
 	if t.intent.Auto || t.intent.MaxTokens == 0 {
-		t.intent.MaxTokens = t.outputFor(t.up)
+		t.intent.MaxTokens = maxTokensOn(tier, t.req.MaxTokens)
 	}
 	return nil
 }
@@ -97,17 +97,7 @@ func (t *turn) route(p *hotpath.Principal) *codec.Error {
 // files: the window less the answer's max_tokens and a tenth of it.
 func (t *turn) fileRoom(up *Upstream) int {
 	w := up.Tier.ContextWindow
-	return w - int(t.outputFor(up)) - w/10
-}
-
-// outputFor is the max_tokens a routed turn runs with on up: the tier's
-// most, or less when the request asks for less.
-func (t *turn) outputFor(up *Upstream) int64 {
-	m := int64(up.Tier.MaxOutput)
-	if t.req.MaxTokens != nil && *t.req.MaxTokens < m {
-		m = *t.req.MaxTokens
-	}
-	return m
+	return w - int(maxTokensOn(up.Tier, t.req.MaxTokens)) - w/10
 }
 
 // autoOrder is the order auto tries the tiers in, by the request's shape.

@@ -265,9 +265,7 @@ func checkChat(intent *chatIntent, req *codec.ChatRequest, wire chatWire, tiers 
 		intent.MaxTokens = *m
 	}
 	if intent.Tier != nil {
-		if limit := int64(intent.Tier.MaxOutput); intent.MaxTokens == 0 || intent.MaxTokens > limit {
-			intent.MaxTokens = limit
-		}
+		intent.MaxTokens = maxTokensOn(intent.Tier, req.MaxTokens)
 	}
 
 	// reasoning_effort
@@ -768,4 +766,15 @@ func jsonShape(b []byte, maxDepth, maxNodes int) int {
 
 func isJSONDelimiter(c byte) bool {
 	return isJSONSpace(c) || c == ',' || c == ':' || c == ']' || c == '}'
+}
+
+// maxTokensOn is the max_tokens a turn runs with on tier: the tier's cap,
+// or less when the request asked for less (asked nil: not sent). An
+// explicit tier's is known once the request is read; auto's once routed.
+func maxTokensOn(tier *hotpath.Tier, asked *int64) int64 {
+	m := int64(tier.MaxOutput)
+	if asked != nil && *asked < m {
+		m = *asked
+	}
+	return m
 }
