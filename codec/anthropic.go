@@ -136,7 +136,7 @@ func (r *MessagesRequest) outputConfig(out *ChatRequest) *Error {
 			}
 			f, path = oc.Format, "output_config.format"
 		}
-		if oc.Effort != nil && out.ReasoningEffort == nil {
+		if oc.Effort != nil {
 			effort := *oc.Effort
 			switch effort {
 			case "low", "medium", "high":
@@ -145,7 +145,9 @@ func (r *MessagesRequest) outputConfig(out *ChatRequest) *Error {
 			default:
 				return anthropicRefusal("output_config.effort: must be low, medium, high, xhigh or max.")
 			}
-			out.ReasoningEffort = &effort
+			if out.ReasoningEffort == nil {
+				out.ReasoningEffort = &effort
+			}
 		}
 	}
 	if f == nil {
