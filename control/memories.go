@@ -89,9 +89,6 @@ func (a *API) listMemories(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		}
 		f.Scope = string(raw)
 	}
-	if raw := convQueryArg(ctx, "cursor"); raw != nil && len(raw) == 0 {
-		return errMemoryBadCursor
-	}
 	caller := memory.Caller{OrgID: c.User.OrgID, UserID: c.User.UserID}
 	if raw := convQueryArg(ctx, "vault_id"); raw != nil {
 		caller.VaultID = string(raw)

@@ -202,7 +202,7 @@ func (a *API) listPromptVersions(ctx *fasthttp.RequestCtx, c *hotpath.Call) erro
 		return cerr
 	}
 	before := 0
-	if raw := args.Peek("cursor"); raw != nil {
+	if raw := args.Peek("cursor"); len(raw) > 0 {
 		var ok bool
 		if before, ok = decodePromptCursor(string(raw)); !ok {
 			return errPromptCursor

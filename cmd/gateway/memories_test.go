@@ -73,6 +73,10 @@ func TestMemoryScopesAndResolvedView(t *testing.T) {
 		require.Len(t, r2.body["data"], 1)
 		require.Nil(t, r2.body["next_cursor"])
 		requireError(t, ada.do(t, "GET", "/api/v1/memories?cursor=garbage", nil), 400, "invalid_request")
+		// An empty cursor is no cursor, as on every list: the first page.
+		r3 := ada.do(t, "GET", "/api/v1/memories?limit=2&cursor=", nil)
+		require.Equal(t, 200, r3.status, "%s", r3.raw)
+		require.Equal(t, r.body["data"], r3.body["data"])
 	})
 
 	t.Run("writes need the grant of their scope", func(t *testing.T) {

@@ -293,6 +293,10 @@ func TestPrompts(t *testing.T) {
 		require.Equal(t, n+1-i, v)
 	}
 	requireError(t, mem.do(t, "GET", "/api/v1/prompts/"+id+"/versions?cursor=bogus", nil), 400, "invalid_request")
+	// An empty cursor is no cursor, as on every list: the first page.
+	r = mem.do(t, "GET", "/api/v1/prompts/"+id+"/versions?limit=1&cursor=", nil)
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.Equal(t, float64(n+1), r.body["data"].([]any)[0].(map[string]any)["version"])
 	// 'v' + uvarint(2^31), one past the int4 maximum, was never issued;
 	// 'v' + uvarint(2^31-1) is the largest cursor and pages from the newest.
 	requireError(t, mem.do(t, "GET", "/api/v1/prompts/"+id+"/versions?cursor=doCAgIAI", nil), 400, "invalid_request")
