@@ -181,6 +181,9 @@ func TestVersionPins(t *testing.T) {
 
 	r = f.do(t, "GET", "/api/v1/open")
 	require.Equal(t, "2026-10-07", r.header.Get("Gateway-Version"), "no pin: the current version")
+	r = f.do(t, "GET", "/api/v1/open", "Gateway-Version", "")
+	require.Equal(t, 200, r.status)
+	require.Equal(t, "2026-10-07", r.header.Get("Gateway-Version"), "an empty pin is no pin")
 
 	for _, bad := range []string{"2026-9-26", "20260926", "2026-02-30", "yesterday", "2026-10-07x", "2026-13-01"} {
 		r = f.do(t, "GET", "/api/v1/open", "Gateway-Version", bad)
