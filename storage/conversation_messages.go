@@ -139,7 +139,7 @@ func (db *DB) AppendMessage(ctx context.Context, userID, orgID, convID string, n
 			}
 		}
 		if len(n.FileIDs) > 0 {
-			missing, err := missingFile(ctx, tx, userID, orgID, n.FileIDs, n.FilesAt)
+			missing, err := missingFile(ctx, tx, userID, orgID, n.FileIDs, n.FilesAt, true)
 			if err != nil {
 				return err
 			}

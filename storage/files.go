@@ -222,10 +222,16 @@ func (e *FileMissingError) Error() string { return "file " + e.ID + " not found"
 // MissingFile returns the first of ids that is not a file userID may read
 // in orgID at now, or "" when every one is.
 func (db *DB) MissingFile(ctx context.Context, userID, orgID string, ids []string, now time.Time) (string, error) {
-	return missingFile(ctx, db.Pool, userID, orgID, ids, now)
+	return missingFile(ctx, db.Pool, userID, orgID, ids, now, false)
 }
 
-func missingFile(ctx context.Context, q convQuerier, userID, orgID string, ids []string, now time.Time) (string, error) {
+// missingFile is MissingFile on q. With lock, the files found stay locked
+// FOR SHARE until q's transaction ends: a message that attaches them then
+// commits before any deletion of theirs (DeleteFile, or the trigger of a
+// conversation's deletion, both of which lock the row first) can look
+// for it, and a file whose deletion is in flight is waited for and then
+// missing.
+func missingFile(ctx context.Context, q convQuerier, userID, orgID string, ids []string, now time.Time, lock bool) (string, error) {
 	valid := make([]string, 0, len(ids))
 	for _, id := range ids {
 		if !ValidUUID(id) {
@@ -236,7 +242,11 @@ func missingFile(ctx context.Context, q convQuerier, userID, orgID string, ids [
 	if len(valid) == 0 {
 		return "", nil
 	}
-	rows, err := q.Query(ctx, `select id::text`+fileVisible+` and id = any($4::uuid[])`, userID, orgID, now, valid)
+	sql := `select id::text` + fileVisible + ` and id = any($4::uuid[])`
+	if lock {
+		sql += ` order by id for share`
+	}
+	rows, err := q.Query(ctx, sql, userID, orgID, now, valid)
 	if err != nil {
 		return "", fmt.Errorf("cannot check files: %w", err)
 	}
@@ -389,10 +399,12 @@ func (fs *Files) SweepFiles(ctx context.Context, now time.Time, batch int) (dele
 				if err := fs.Store.Delete(ctx, d.key); err != nil {
 					return fmt.Errorf("cannot delete file bytes: %w", err)
 				}
-				if d.state == "ready" {
-					if err := detachFile(ctx, tx, d.id); err != nil {
-						return err
-					}
+				// A deleted file was detached when it was deleted; detaching
+				// it again costs one index probe and mends messages that an
+				// append racing the deletion attached it to before appends
+				// locked the files they attach.
+				if err := detachFile(ctx, tx, d.id); err != nil {
+					return err
 				}
 				if _, err := tx.Exec(ctx, `delete from files where id = $1`, d.id); err != nil {
 					return err

@@ -459,13 +459,18 @@ func (db *DB) AddVaultMember(ctx context.Context, orgID, userID, vaultID, target
 		if !CanonUUID(&targetID) {
 			return ErrUserNotFound
 		}
-		var inOrg bool
-		if err := tx.QueryRow(ctx, `select exists (select 1 from memberships where org_id = $1 and user_id = $2)`,
-			orgID, targetID).Scan(&inOrg); err != nil {
-			return err
-		}
-		if !inOrg {
+		// The membership stays locked until the grant commits: a removal
+		// in flight (it locks the row first) is waited for, and then the
+		// target is no member; a removal that comes later finds the grant
+		// and ends it with the membership.
+		var one int
+		err := tx.QueryRow(ctx, `select 1 from memberships where org_id = $1 and user_id = $2 for key share`,
+			orgID, targetID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrUserNotFound
+		}
+		if err != nil {
+			return err
 		}
 		if a.OwnerID != nil && *a.OwnerID == targetID {
 			return ErrOwnerImmutable
@@ -474,7 +479,7 @@ func (db *DB) AddVaultMember(ctx context.Context, orgID, userID, vaultID, target
 		if escalates(r, w, s) {
 			return ErrVaultForbidden
 		}
-		err := tx.QueryRow(ctx, `insert into vault_members (vault_id, user_id, can_read, can_write, can_share)
+		err = tx.QueryRow(ctx, `insert into vault_members (vault_id, user_id, can_read, can_write, can_share)
 			values ($1, $2, $3, $4, $5)
 			on conflict (vault_id, user_id) do update set can_read = excluded.can_read,
 				can_write = excluded.can_write, can_share = excluded.can_share

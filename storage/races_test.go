@@ -1,0 +1,178 @@
+package storage_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/storage"
+	"github.com/edgegw/gateway/storage/storetest"
+)
+
+// These tests put a writer's call beside a transaction that is in flight,
+// holding what a concurrent request would hold, and commit it only once the
+// call has finished or waits on a lock: the interleaving that lost a write
+// when the call read without locking.
+
+// inFlight begins the concurrent transaction and runs stmts in it.
+func inFlight(t *testing.T, db *storage.DB, stmts ...func(tx pgx.Tx) error) pgx.Tx {
+	t.Helper()
+	tx, err := db.Pool.Begin(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	for _, s := range stmts {
+		require.NoError(t, s(tx))
+	}
+	return tx
+}
+
+// stmt is one statement for inFlight.
+func stmt(sql string, args ...any) func(tx pgx.Tx) error {
+	return func(tx pgx.Tx) error {
+		_, err := tx.Exec(context.Background(), sql, args...)
+		return err
+	}
+}
+
+// beside runs call on its own goroutine and returns once it has finished
+// or waits on a lock in db's database; wait then returns call's error.
+func beside(t *testing.T, db *storage.DB, call func() error) (wait func() error) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- call() }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-errc:
+			return func() error { return err }
+		default:
+		}
+		var waiting int
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `select count(*) from pg_stat_activity
+			where datname = current_database() and wait_event_type = 'Lock'`).Scan(&waiting))
+		if waiting > 0 {
+			return func() error { return <-errc }
+		}
+		require.True(t, time.Now().Before(deadline), "the call neither finished nor waited on a lock")
+	}
+}
+
+func TestAppendDoesNotAttachAFileBeingDeleted(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.DB(t)
+	org, u := seed(t, db)
+	fs := &storage.Files{DB: db, Store: &storage.PGFileStore{DB: db}}
+	f := storeFile(t, fs, org.ID, u.ID, time.Now(), nil, "chat_attachment")
+	c, err := db.CreateConversation(ctx, u.ID, org.ID, storage.NewConversation{Source: "chat"})
+	require.NoError(t, err)
+
+	// DELETE /files/{id}, or the deletion of the last conversation that
+	// attached the file, has marked it deleted and not committed yet.
+	tx := inFlight(t, db, stmt(`update files set state = 'deleted', deleted_at = now() where id = $1`, f.ID))
+	wait := beside(t, db, func() error {
+		_, _, err := db.AppendMessage(ctx, u.ID, org.ID, c.ID, storage.NewMessage{Role: "user", Content: "x",
+			Status: "complete", FileIDs: []string{f.ID}, FilesAt: time.Now()}, nil, noRender)
+		return err
+	})
+	require.NoError(t, tx.Commit(ctx))
+	var missing *storage.FileMissingError
+	require.ErrorAs(t, wait(), &missing, "the append waits for the deletion, then finds no file")
+	require.Equal(t, f.ID, missing.ID)
+
+	var listed int
+	require.NoError(t, db.Pool.QueryRow(ctx, `select count(*) from conversation_messages where file_ids @> array[$1]`,
+		f.ID).Scan(&listed))
+	require.Zero(t, listed, "no message lists a deleted file")
+}
+
+func TestConversationsSharingAFileDeletedAtOnceDeleteIt(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.DB(t)
+	org, u := seed(t, db)
+	fs := &storage.Files{DB: db, Store: &storage.PGFileStore{DB: db}}
+	f := storeFile(t, fs, org.ID, u.ID, time.Now(), nil, "chat_attachment")
+	var convs [2]string
+	for i := range convs {
+		c, err := db.CreateConversation(ctx, u.ID, org.ID, storage.NewConversation{Source: "chat"})
+		require.NoError(t, err)
+		_, _, err = db.AppendMessage(ctx, u.ID, org.ID, c.ID, storage.NewMessage{Role: "user", Content: "x",
+			Status: "complete", FileIDs: []string{f.ID}, FilesAt: time.Now()}, nil, noRender)
+		require.NoError(t, err)
+		convs[i] = c.ID
+	}
+
+	// The second conversation's deletion is in flight: its messages are
+	// gone to itself only.
+	tx := inFlight(t, db, stmt(`delete from conversation_messages where conversation_id = $1`, convs[1]),
+		stmt(`delete from conversations where id = $1`, convs[1]))
+	wait := beside(t, db, func() error { return db.DeleteConversation(ctx, u.ID, org.ID, convs[0], "req") })
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, wait())
+
+	_, err := db.GetFile(ctx, u.ID, org.ID, f.ID, time.Now())
+	require.ErrorIs(t, err, storage.ErrNotFound, "no message attaches the file any more")
+}
+
+func TestVaultGrantWaitsForAMemberRemoval(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.DB(t)
+	org, admin := seed(t, db)
+	member, err := db.CreateUser(ctx, "bob@example.com", org.ID, hotpath.RoleMember)
+	require.NoError(t, err)
+	name := "Shared"
+	v, err := db.CreateVault(ctx, org.ID, admin.ID, storage.VaultFields{Name: &name})
+	require.NoError(t, err)
+
+	// The member's removal is in flight: the membership is locked and
+	// deleted, and the vault grants it held are gone with it.
+	tx := inFlight(t, db,
+		stmt(`select 1 from memberships where org_id = $1 and user_id = $2 for update`, org.ID, member.ID),
+		stmt(`delete from memberships where org_id = $1 and user_id = $2`, org.ID, member.ID),
+		stmt(`delete from vault_members where user_id = $1`, member.ID))
+	read := true
+	wait := beside(t, db, func() error {
+		_, _, err := db.AddVaultMember(ctx, org.ID, admin.ID, v.ID, member.ID, storage.MemberGrants{CanRead: &read})
+		return err
+	})
+	require.NoError(t, tx.Commit(ctx))
+	require.ErrorIs(t, wait(), storage.ErrUserNotFound, "the grant waits for the removal, then finds no member")
+
+	var grants int
+	require.NoError(t, db.Pool.QueryRow(ctx, `select count(*) from vault_members where user_id = $1`,
+		member.ID).Scan(&grants))
+	require.Zero(t, grants, "no grant outlives the membership")
+}
+
+func TestMigrationMendsMessagesThatKeptADeletedFile(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.DB(t)
+	org, u := seed(t, db)
+	fs := &storage.Files{DB: db, Store: &storage.PGFileStore{DB: db}}
+	kept := storeFile(t, fs, org.ID, u.ID, time.Now(), nil, "chat_attachment")
+	deleted := storeFile(t, fs, org.ID, u.ID, time.Now().Add(time.Millisecond), nil, "chat_attachment")
+	c, err := db.CreateConversation(ctx, u.ID, org.ID, storage.NewConversation{Source: "chat"})
+	require.NoError(t, err)
+	_, _, err = db.AppendMessage(ctx, u.ID, org.ID, c.ID, storage.NewMessage{Role: "user", Content: "x",
+		Status: "complete", FileIDs: []string{kept.ID, deleted.ID}, FilesAt: time.Now()}, nil, noRender)
+	require.NoError(t, err)
+	// What the race left: one file deleted under the message, and the id
+	// of one the janitor has since swept.
+	swept := "0b5c0e4c-6f1e-4d1a-9a53-2b1f4f6f0c11"
+	_, err = db.Pool.Exec(ctx, `update files set state = 'deleted', deleted_at = now() where id = $1`, deleted.ID)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `update conversation_messages set file_ids = file_ids || $1::text where conversation_id = $2`,
+		swept, c.ID)
+	require.NoError(t, err)
+
+	sql, err := os.ReadFile("migrations/015_file_release_locks.sql")
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, string(sql))
+	require.NoError(t, err)
+	page, err := db.ReadConversation(ctx, u.ID, org.ID, c.ID, storage.MessagePageRequest{Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, []string{kept.ID}, page.Messages[0].FileIDs)
+}
