@@ -16,11 +16,12 @@ import (
 const (
 	// DefaultIdempotencyTTL is how long a stored reply is replayed.
 	DefaultIdempotencyTTL = 24 * time.Hour
-	// DefaultIdempotencyLease is how long a claim holds a key when nobody
-	// settles it (the process died mid-request). It must exceed the longest
-	// non-streaming attempt, retries included, or a slow request loses its
-	// key to a retry.
-	DefaultIdempotencyLease = 5 * time.Minute
+	// DefaultIdempotencyLease is how long a claim holds its key after it was
+	// last renewed. A request renews its claim every third of the lease
+	// while it runs (Hold), so however long it takes it keeps the key, and
+	// a process that dies mid-request frees its keys within one lease: the
+	// client's retry runs instead of meeting 409 for the rest of it.
+	DefaultIdempotencyLease = 15 * time.Second
 	// DefaultIdempotencyMaxEntries bounds the in-process store.
 	DefaultIdempotencyMaxEntries = 100_000
 )
@@ -61,6 +62,8 @@ var ErrIdempotencyClaimLost = errors.New("idempotency claim lost")
 // Implementations: MemoryIdempotency in the process, storage.RedisIdempotency
 // across a fleet. Both pass the contract tests in hotpath/idemtest.
 type IdempotencyStore interface {
+	// Lease is how long a claim holds its key after Begin or its last Renew.
+	Lease() time.Duration
 	// Begin claims (scope, key) for a request whose body hashes to bodyHash.
 	// It returns exactly one of:
 	//   - a stored Replay to send as it is, with no model call and no billing;
@@ -74,7 +77,8 @@ type IdempotencyStore interface {
 
 // Claim is the right to run the request under a key. Settle it exactly
 // once; Abandon after Complete does nothing, so a deferred Abandon covers
-// every failure path. An unsettled claim expires after the store's lease.
+// every failure path. An unsettled claim expires one lease after Begin or
+// its last Renew; Hold renews it for as long as the request runs.
 //
 // Settle with a context that outlives the client (context.WithoutCancel):
 // by then the reply exists whether or not the client is still there.
@@ -86,6 +90,59 @@ type Claim interface {
 	// a retry may run. Releasing a claim that is no longer held, or already
 	// completed, does nothing.
 	Abandon(ctx context.Context) error
+	// Renew holds the key for another lease from now. It returns
+	// ErrIdempotencyClaimLost when the claim is no longer held.
+	Renew(ctx context.Context) error
+}
+
+// Hold returns c renewed every third of lease until it is settled, so that
+// it keeps its key however long the request runs and no longer than a
+// lease after its process stops. A renewal the store fails is tried again
+// at the next third; one that finds the claim lost stops renewing.
+func Hold(c Claim, lease time.Duration) Claim {
+	h := &heldClaim{Claim: c, every: max(lease/3, time.Millisecond)}
+	h.mu.Lock()
+	h.timer = time.AfterFunc(h.every, h.renew)
+	h.mu.Unlock()
+	return h
+}
+
+type heldClaim struct {
+	Claim
+	every   time.Duration
+	mu      sync.Mutex
+	timer   *time.Timer
+	settled bool
+}
+
+func (h *heldClaim) renew() {
+	ctx, cancel := context.WithTimeout(context.Background(), h.every)
+	err := h.Claim.Renew(ctx)
+	cancel()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.settled && !errors.Is(err, ErrIdempotencyClaimLost) {
+		h.timer.Reset(h.every)
+	}
+}
+
+// stop ends the renewals; a renewal already running finishes harmlessly
+// (the settled claim is no longer the key's, or is released next).
+func (h *heldClaim) stop() {
+	h.mu.Lock()
+	h.settled = true
+	h.timer.Stop()
+	h.mu.Unlock()
+}
+
+func (h *heldClaim) Complete(ctx context.Context, r Replay) error {
+	h.stop()
+	return h.Claim.Complete(ctx, r)
+}
+
+func (h *heldClaim) Abandon(ctx context.Context) error {
+	h.stop()
+	return h.Claim.Abandon(ctx)
 }
 
 // Replay is a stored reply. Headers are those that describe the reply
@@ -322,6 +379,27 @@ func (e *idemEntry) Complete(_ context.Context, r Replay) error {
 	m.replays.push(e)
 	return nil
 }
+
+// Renew implements Claim.
+func (e *idemEntry) Renew(context.Context) error {
+	m := e.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock()
+	m.prune(now)
+	if m.entries[e.digest] != e || e.replay != nil {
+		return ErrIdempotencyClaimLost
+	}
+	// Every claim lives one lease, so the list stays in expiry order with
+	// the renewed one last.
+	m.claims.remove(e)
+	e.expires = now + int64(m.lease)
+	m.claims.push(e)
+	return nil
+}
+
+// Lease implements IdempotencyStore.
+func (m *MemoryIdempotency) Lease() time.Duration { return m.lease }
 
 // Abandon implements Claim.
 func (e *idemEntry) Abandon(context.Context) error {

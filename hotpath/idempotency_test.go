@@ -232,3 +232,25 @@ func BenchmarkMemoryIdempotencyReplayParallel(b *testing.B) {
 		}
 	})
 }
+
+// Hold renews a claim for as long as it is unsettled, past any number of
+// leases, and stops once it is settled.
+func TestHoldKeepsAClaimPastItsLease(t *testing.T) {
+	const lease = 60 * time.Millisecond
+	m := hotpath.NewMemoryIdempotency(time.Hour, 0, hotpath.IdempotencyLease(lease))
+	ctx := t.Context()
+	held := hotpath.Hold(claimKey(t, m, "k"), lease)
+	time.Sleep(5 * lease)
+	_, _, err := m.Begin(ctx, "scope", "k", bodyA)
+	require.ErrorIs(t, err, hotpath.ErrIdempotencyInProgress, "renewed while unsettled")
+	require.NoError(t, held.Complete(ctx, ok200))
+	r, _, err := m.Begin(ctx, "scope", "k", bodyA)
+	require.NoError(t, err)
+	require.Equal(t, ok200, *r)
+
+	// Abandoned, renewal stops and the key is free at once.
+	held = hotpath.Hold(claimKey(t, m, "j"), lease)
+	require.NoError(t, held.Abandon(ctx))
+	time.Sleep(2 * lease)
+	claimKey(t, m, "j")
+}

@@ -716,7 +716,7 @@ func (t *turn) claimKey(ctx *fasthttp.RequestCtx, c *hotpath.Call, body []byte) 
 		writeReplay(ctx, replay)
 		return true, nil
 	default:
-		t.claim = cl
+		t.claim = hotpath.Hold(cl, t.ch.cfg.Idempotency.Lease())
 	}
 	return false, nil
 }

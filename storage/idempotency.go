@@ -103,6 +103,21 @@ end
 return 0
 `)
 
+// idemRenew holds the claim for another lease, only while the key still
+// holds it.
+//
+// KEYS[1]: the key. ARGV[1]: the claim Begin wrote. ARGV[2]: the lease in
+// milliseconds. Returns 1 when renewed, else 0.
+var idemRenew = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+
+// Lease implements hotpath.IdempotencyStore.
+func (s *RedisIdempotency) Lease() time.Duration { return s.lease }
+
 func (s *RedisIdempotency) key(scope, key string) string {
 	sum := sha256.Sum256([]byte(key))
 	b := make([]byte, 0, len(s.prefix)+len("idem:")+len(scope)+1+2*sha256.Size)
@@ -172,6 +187,18 @@ func (c *redisClaim) Complete(ctx context.Context, r hotpath.Replay) error {
 		[]string{c.claim, rueidis.BinaryString(v), millis(c.s.ttl)}).AsInt64()
 	if err != nil {
 		return fmt.Errorf("cannot store reply: %w", err)
+	}
+	if n != 1 {
+		return hotpath.ErrIdempotencyClaimLost
+	}
+	return nil
+}
+
+// Renew implements hotpath.Claim.
+func (c *redisClaim) Renew(ctx context.Context) error {
+	n, err := idemRenew.Exec(ctx, c.s.client, []string{c.key}, []string{c.claim, millis(c.s.lease)}).AsInt64()
+	if err != nil {
+		return fmt.Errorf("cannot renew idempotency claim: %w", err)
 	}
 	if n != 1 {
 		return hotpath.ErrIdempotencyClaimLost

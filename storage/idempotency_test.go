@@ -108,3 +108,29 @@ func testRedisIdempotencyRefusesNonHTTPStatus(t *testing.T, connect func(testing
 	require.Error(t, claim.Complete(t.Context(), hotpath.Replay{Status: 0}))
 	require.NoError(t, claim.Abandon(t.Context()))
 }
+
+// A held claim keeps its key past any number of leases while its process
+// renews it, and a process that dies (here: its client closes) frees the
+// key within one lease, for another process's retry to run.
+func TestRedisIdempotencyHeldClaimOutlivesNoDeadProcess(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	prefix := storetest.Prefix()
+	dying := storetest.Redis(t)
+	a := storage.NewRedisIdempotency(dying, prefix, time.Hour, lease)
+	b := storage.NewRedisIdempotency(storetest.Redis(t), prefix, time.Hour, lease)
+	ctx := t.Context()
+	body := sha256.Sum256([]byte("body"))
+
+	_, claim, err := a.Begin(ctx, "scope", "k", body)
+	require.NoError(t, err)
+	hotpath.Hold(claim, a.Lease())
+	time.Sleep(4 * lease)
+	_, _, err = b.Begin(ctx, "scope", "k", body)
+	require.ErrorIs(t, err, hotpath.ErrIdempotencyInProgress, "renewed by its living process")
+
+	dying.Close()
+	require.Eventually(t, func() bool {
+		_, c, err := b.Begin(ctx, "scope", "k", body)
+		return err == nil && c != nil
+	}, 10*time.Second, 10*time.Millisecond, "freed once its process stops renewing")
+}

@@ -139,6 +139,33 @@ func Run(t *testing.T, newStore func(t *testing.T) hotpath.IdempotencyStore) {
 		requireReplay(t, reply, begin(t, s, "scope", "k", body1))
 	})
 
+	t.Run("RenewHoldsTheKey", func(t *testing.T) {
+		s := newStore(t)
+		c := claim(t, s, "scope", "k", body1)
+		// Renewed every two thirds of a lease, for two leases: still held.
+		for range 3 {
+			pass(s, 2*Lease/3)
+			require.NoError(t, c.Renew(t.Context()))
+			requireConflict(t, s, "scope", "k", body1, hotpath.ErrIdempotencyInProgress)
+		}
+		// Left alone, it expires one lease after the last renewal.
+		expire(t, s, Lease,
+			func() { requireConflict(t, s, "scope", "k", body1, hotpath.ErrIdempotencyInProgress) },
+			func() bool {
+				_, c, err := s.Begin(context.Background(), "scope", "k", body1)
+				return err == nil && c != nil
+			})
+		require.ErrorIs(t, c.Renew(t.Context()), hotpath.ErrIdempotencyClaimLost)
+	})
+
+	t.Run("RenewAfterCompleteIsLost", func(t *testing.T) {
+		s := newStore(t)
+		c := claim(t, s, "scope", "k", body1)
+		require.NoError(t, c.Complete(t.Context(), reply))
+		require.ErrorIs(t, c.Renew(t.Context()), hotpath.ErrIdempotencyClaimLost)
+		requireReplay(t, reply, begin(t, s, "scope", "k", body1))
+	})
+
 	t.Run("LeaseExpiresUnclaimed", func(t *testing.T) {
 		s := newStore(t)
 		c := claim(t, s, "scope", "k", body1)
@@ -238,6 +265,15 @@ func expire(t *testing.T, s hotpath.IdempotencyStore, d time.Duration, still fun
 		return
 	}
 	require.Eventually(t, gone, d+5*time.Second, 5*time.Millisecond, "still there long after %v", d)
+}
+
+// pass lets d go by: the store's clock moves, or real time passes.
+func pass(s hotpath.IdempotencyStore, d time.Duration) {
+	if c, ok := s.(Clock); ok {
+		c.Advance(d)
+		return
+	}
+	time.Sleep(d)
 }
 
 func claim(t *testing.T, s hotpath.IdempotencyStore, scope, key string, body [32]byte) hotpath.Claim {
