@@ -167,3 +167,22 @@ func (r dependencyRoutes) Handle(method, path string, a hotpath.Access, h func(*
 		return unavailable(h(ctx, c))
 	})
 }
+
+// keySyncTimeout bounds how long a change to keys, memberships, roles or
+// caps waits for every process of the fleet to apply it before answering.
+const keySyncTimeout = 2 * time.Second
+
+// fleetSees returns once every process of the fleet has applied what the
+// request just committed to keys, memberships, roles or caps (after this
+// process dropped it from its own cache): the next request, on whichever
+// process, obeys it (spec: key validity, "401 from the next request").
+// A process that does not answer within keySyncTimeout (stopped in its
+// tracks, or of an earlier version during a rollout) no longer holds the
+// answer back; it applies the change on its own notification.
+func (a *API) fleetSees() {
+	ctx, cancel := context.WithTimeout(context.Background(), keySyncTimeout)
+	defer cancel()
+	if acked, n, err := a.DB.SyncKeys(ctx); err != nil {
+		a.Log.Warn("key change not confirmed by every process", "answered", acked, "processes", n, "err", err)
+	}
+}

@@ -147,6 +147,7 @@ func (a *API) revokeKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return err
 	}
 	a.Keys.Invalidate(h)
+	a.fleetSees()
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 	return nil
 }
@@ -156,9 +157,9 @@ var errKeyNotRotatable = codec.NewError(codec.CodeInvalidRequest,
 	"Only a live developer key can be rotated; a signed-in credential is not rotated by its holder.")
 
 // rotateKey gives one of the caller's developer keys a new secret: the same
-// id, restrictions and workspace. The old secret is dropped from this
-// process's cache before the answer; other processes hear of it through
-// PostgreSQL. The new secret is shown once.
+// id, restrictions and workspace. The old secret is dropped from every
+// process's cache before the answer (fleetSees). The new secret is shown
+// once.
 func (a *API) rotateKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if c.User.ReadOnly {
 		return codec.ErrKeyReadOnly
@@ -175,5 +176,6 @@ func (a *API) rotateKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return err
 	}
 	a.Keys.Invalidate(old)
+	a.fleetSees()
 	return writeJSON(ctx, fasthttp.StatusOK, issued)
 }

@@ -123,6 +123,7 @@ func (a *API) removeMember(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	for _, h := range d.Revoked {
 		a.Keys.Invalidate(h)
 	}
+	a.fleetSees()
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 	return nil
 }
@@ -161,8 +162,10 @@ func (a *API) setMemberRole(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return orgError(err, ErrOrgMemberNotFound)
 	}
-	// The member's keys carry the new role from their next request here.
+	// The member's keys carry the new role from their next request, here
+	// and, once fleetSees returns, on every other process.
 	a.Keys.Reset()
+	a.fleetSees()
 	return writeJSON(ctx, fasthttp.StatusOK, m)
 }
 
@@ -192,6 +195,7 @@ func (a *API) leaveOrg(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	for _, h := range d.Revoked {
 		a.Keys.Invalidate(h)
 	}
+	a.fleetSees()
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 	return nil
 }

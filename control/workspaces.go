@@ -209,9 +209,10 @@ func (a *API) updateWorkspace(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 		return workspaceError(err)
 	}
 	if p.SetCap {
-		// Keys of the workspace carry the new cap from their next request
-		// here; other processes hear of it through PostgreSQL.
+		// Keys of the workspace carry the new cap from their next request,
+		// here and, once fleetSees returns, on every other process.
 		a.Keys.Reset()
+		a.fleetSees()
 	}
 	return writeJSON(ctx, fasthttp.StatusOK, w)
 }

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,6 +18,16 @@ const KeyChannel = "gw_keys"
 
 // ListenerApplicationName marks the listener's connection in pg_stat_activity.
 const ListenerApplicationName = "gateway-key-listener"
+
+// KeyAckChannel is where each listener answers a sync marker (SyncKeys).
+const KeyAckChannel = "gw_keys_ack"
+
+// syncApplicationName marks SyncKeys' connection in pg_stat_activity.
+const syncApplicationName = "gateway-key-sync"
+
+// KeySyncPrefix starts a sync marker's payload on KeyChannel: the rest is
+// the token each listener answers with on KeyAckChannel.
+const KeySyncPrefix = "s:"
 
 // Invalidator is what the listener keeps true: hotpath.Verifier.
 type Invalidator interface {
@@ -83,6 +94,13 @@ func (db *DB) listenOnce(ctx context.Context, inv Invalidator, cfg ListenConfig,
 		cancel()
 		switch {
 		case err == nil:
+			if token, ok := strings.CutPrefix(n.Payload, KeySyncPrefix); ok {
+				// Every notification before the marker is applied: say so.
+				if _, err := conn.Exec(ctx, "select pg_notify($1, $2)", KeyAckChannel, token); err != nil {
+					return fmt.Errorf("cannot acknowledge sync: %w", err)
+				}
+				continue
+			}
 			dispatch(inv, n.Payload)
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -110,4 +128,50 @@ func dispatch(inv Invalidator, payload string) {
 		}
 	}
 	inv.Reset()
+}
+
+// SyncKeys returns once every process listening on KeyChannel has applied
+// every notification committed before the call: a key revoked, rotated or
+// restricted, a membership, role or workspace cap changed. It counts the
+// listeners' connections, sends a marker on KeyChannel and waits for each
+// listener's answer on KeyAckChannel; PostgreSQL delivers notifications in
+// commit order, so a listener that answers has seen what came before. A
+// process that starts meanwhile starts with an empty cache, and one whose
+// listener is down trusts nothing it caches (ListenKeys), so neither is
+// waited for. It returns how many answered and how many were counted; a
+// listener that never answers (a process stopped in its tracks, or one of
+// a version that does not answer markers) holds it until ctx ends, which
+// is then the error.
+func (db *DB) SyncKeys(ctx context.Context) (acked, listeners int, err error) {
+	conn, err := db.connectDirect(ctx, syncApplicationName)
+	if err != nil {
+		return 0, 0, fmt.Errorf("cannot sync key caches: cannot connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "listen "+KeyAckChannel); err != nil {
+		return 0, 0, fmt.Errorf("cannot sync key caches: %w", err)
+	}
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	token := hex.EncodeToString(raw[:])
+	if err := conn.QueryRow(ctx, `select count(*) from pg_stat_activity
+		where datname = current_database() and application_name = $1`, ListenerApplicationName).Scan(&listeners); err != nil {
+		return 0, 0, fmt.Errorf("cannot sync key caches: %w", err)
+	}
+	if listeners == 0 {
+		return 0, 0, nil
+	}
+	if _, err := conn.Exec(ctx, "select pg_notify($1, $2)", KeyChannel, KeySyncPrefix+token); err != nil {
+		return 0, listeners, fmt.Errorf("cannot sync key caches: %w", err)
+	}
+	for acked < listeners {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return acked, listeners, fmt.Errorf("cannot sync key caches: %d of %d processes answered: %w", acked, listeners, err)
+		}
+		if n.Channel == KeyAckChannel && n.Payload == token {
+			acked++
+		}
+	}
+	return acked, listeners, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/hotpath"
@@ -111,4 +112,58 @@ func testListenerForwardsInvalidations(t *testing.T, db *storage.DB) {
 		}
 		return false
 	})
+}
+
+// slowRecorder takes its time over each invalidation, as a busy process
+// might: a sync that did not wait for it would return first.
+type slowRecorder struct{ *recorder }
+
+func (s slowRecorder) Invalidate(h hotpath.TokenHash) {
+	time.Sleep(300 * time.Millisecond)
+	s.recorder.Invalidate(h)
+}
+
+func TestSyncKeysWaitsForEveryListener(t *testing.T) {
+	db := storetest.DB(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	recs := []*recorder{newRecorder(), newRecorder()}
+	var wg sync.WaitGroup
+	for _, rec := range recs {
+		wg.Go(func() { db.ListenKeys(ctx, slowRecorder{rec}, storage.ListenConfig{}, quiet) })
+		rec.waitFor(t, 5*time.Second, "listener to go live", func() bool { return len(rec.live) > 0 && rec.live[len(rec.live)-1] })
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	org, u := seed(t, db)
+	issued, err := db.CreateKey(ctx, storage.NewKey{UserID: u.ID, OrgID: org.ID, Kind: hotpath.KindDeveloper})
+	require.NoError(t, err)
+	require.NoError(t, db.RevokeKey(ctx, issued.KeyID))
+	acked, listeners, err := db.SyncKeys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, listeners)
+	require.Equal(t, 2, acked)
+	want := hotpath.HashToken([]byte(issued.AccessToken))
+	for i, rec := range recs {
+		rec.mu.Lock()
+		require.Contains(t, rec.hashes, want, "listener %d had not applied the revocation when the sync returned", i)
+		require.Zero(t, rec.resets, "a sync marker distrusts nothing")
+		rec.mu.Unlock()
+	}
+
+	// A listener that never answers (an earlier version, a process stopped
+	// in its tracks) holds the sync until its context ends.
+	cc := db.Pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["application_name"] = storage.ListenerApplicationName
+	mute, err := pgx.ConnectConfig(ctx, cc)
+	require.NoError(t, err)
+	t.Cleanup(func() { mute.Close(context.Background()) })
+	_, err = mute.Exec(ctx, "listen "+storage.KeyChannel)
+	require.NoError(t, err)
+	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer scancel()
+	acked, listeners, err = db.SyncKeys(sctx)
+	require.Error(t, err)
+	require.Equal(t, 3, listeners)
+	require.Equal(t, 2, acked)
 }

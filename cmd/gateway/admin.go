@@ -45,25 +45,29 @@ commands:
 // adminCommand is one `gateway admin <noun> <verb>`.
 type adminCommand struct {
 	flags func(fs *flag.FlagSet) func(ctx context.Context, db *storage.DB) (any, error)
+	// syncs: the command changes what the gateways cache about keys
+	// (validity, suspension, plan, cap), and returns once every running
+	// process has applied it (storage.SyncKeys).
+	syncs bool
 }
 
 var adminCommands = map[string]adminCommand{
 	"org create":           {flags: orgCreate},
-	"org set-plan":         {flags: orgSetPlan},
+	"org set-plan":         {flags: orgSetPlan, syncs: true},
 	"org members":          {flags: orgMembers},
 	"invitation list":      {flags: invitationList},
 	"outbox list":          {flags: outboxList},
 	"outbox retry":         {flags: outboxRetry},
 	"workspace create":     {flags: workspaceCreate},
-	"workspace set-cap":    {flags: workspaceSetCap},
+	"workspace set-cap":    {flags: workspaceSetCap, syncs: true},
 	"key adjust-credits":   {flags: keyAdjustCredits},
 	"user create":          {flags: userCreate},
-	"user suspend":         {flags: func(fs *flag.FlagSet) func(context.Context, *storage.DB) (any, error) { return userSuspend(fs, true) }},
-	"user unsuspend":       {flags: func(fs *flag.FlagSet) func(context.Context, *storage.DB) (any, error) { return userSuspend(fs, false) }},
+	"user suspend":         {flags: func(fs *flag.FlagSet) func(context.Context, *storage.DB) (any, error) { return userSuspend(fs, true) }, syncs: true},
+	"user unsuspend":       {flags: func(fs *flag.FlagSet) func(context.Context, *storage.DB) (any, error) { return userSuspend(fs, false) }, syncs: true},
 	"key create":           {flags: keyCreate},
-	"key revoke":           {flags: keyRevoke},
+	"key revoke":           {flags: keyRevoke, syncs: true},
 	"service-token create": {flags: serviceTokenCreate},
-	"service-token revoke": {flags: serviceTokenRevoke},
+	"service-token revoke": {flags: serviceTokenRevoke, syncs: true},
 	"device approve":       {flags: deviceApprove},
 	"device deny":          {flags: deviceDeny},
 }
@@ -101,7 +105,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := adminRun(ctx, dbURL, do)
+	out, err := adminRun(ctx, dbURL, do, cmd.syncs, stderr)
 	var ue usageError
 	switch {
 	case errors.As(err, &ue):
@@ -114,7 +118,7 @@ func runAdmin(args []string, stdout, stderr io.Writer) int {
 	return printJSON(stdout, out)
 }
 
-func adminRun(ctx context.Context, dbURL string, do func(context.Context, *storage.DB) (any, error)) (any, error) {
+func adminRun(ctx context.Context, dbURL string, do func(context.Context, *storage.DB) (any, error), syncs bool, stderr io.Writer) (any, error) {
 	db, err := storage.Open(ctx, storage.Config{URL: dbURL, MaxConns: 2})
 	if err != nil {
 		return nil, err
@@ -127,8 +131,23 @@ func adminRun(ctx context.Context, dbURL string, do func(context.Context, *stora
 	if want := storage.BinaryVersion(); v < want {
 		return nil, fmt.Errorf("database schema is at version %d, this binary needs %d: run 'gateway migrate'", v, want)
 	}
-	return do(ctx, db)
+	out, err := do(ctx, db)
+	if err == nil && syncs {
+		// Done is done everywhere: the running gateways have applied the
+		// change when the command returns. One that does not answer in time
+		// applies it on its own notification; the change stands either way.
+		sctx, cancel := context.WithTimeout(ctx, adminSyncTimeout)
+		if acked, n, serr := db.SyncKeys(sctx); serr != nil {
+			fmt.Fprintf(stderr, "gateway admin: warning: %d of %d running gateways confirmed the change: %v\n", acked, n, serr)
+		}
+		cancel()
+	}
+	return out, err
 }
+
+// adminSyncTimeout bounds the wait for the running gateways to apply a
+// change (adminCommand.syncs).
+const adminSyncTimeout = 2 * time.Second
 
 func required(name, v string) error {
 	if strings.TrimSpace(v) == "" {
