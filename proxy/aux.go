@@ -197,6 +197,7 @@ type auxCall struct {
 	scoreBuf  [8]codec.RerankScore
 	charge    meter.Charge
 	rateShown bool
+	chosen    bool // the body named the route's tier: the row carries it
 	billed    bool
 	in, out   int64
 	costPico  int64
@@ -223,6 +224,7 @@ func (ch *Chat) serveAux(ctx *fasthttp.RequestCtx, c *hotpath.Call, r auxRoute, 
 	if cerr := a.validate(ctx.PostBody()); cerr != nil {
 		return cerr
 	}
+	a.chosen = true
 	if !a.up.Breaker.Allow() {
 		return unavailableFor(a.up.Breaker.RetryAfter())
 	}
@@ -238,8 +240,12 @@ func (ch *Chat) serveAux(ctx *fasthttp.RequestCtx, c *hotpath.Call, r auxRoute, 
 	return a.moderate(ctx)
 }
 
+// account fills the route's side of the ledger row. A request refused
+// before its body was read as valid chose no tier, as on chat.
 func (a *auxCall) account(u *hotpath.UsageRecord) {
-	u.Tier = a.up.Tier.Name
+	if a.chosen {
+		u.Tier = a.up.Tier.Name
+	}
 	u.Billed = a.billed
 	if a.billed {
 		u.InputTokens, u.OutputTokens, u.CostPico = a.in, a.out, a.costPico

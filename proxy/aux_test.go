@@ -3,8 +3,12 @@ package proxy
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgegw/gateway/hotpath"
+	"github.com/edgegw/gateway/hotpath/meter"
 )
 
 // The rerank model reads the query and one document together, so the
@@ -80,4 +84,29 @@ func TestEmbeddingsDimensionsBound(t *testing.T) {
 	require.Contains(t, string(r.body), `dimensions: must be from 1 to 8.`)
 	r = f.post(t, "/api/v1/embeddings", `{"model":"gw-embed","input":"a","dimensions":8}`)
 	require.Equal(t, 200, r.status, "%s", r.body)
+}
+
+// The ledger row names the tier that served, null when none was chosen
+// (docs/ledger.md): a body refused before it named the route's tier chose
+// none, on these routes as on chat.
+func TestAuxRowNamesATierOnlyOnceChosen(t *testing.T) {
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(func(p *meter.Plan) { p.RequestsPerMinute = 1000 }))
+	sink := &recordingSink{}
+	f := newChatFixture(t, withLimits(l, sink, uncapped()), func(o *fixtureOptions) { o.aux = true })
+	for _, c := range []struct {
+		path, body, tier string
+		status           int
+	}{
+		{"/api/v1/embeddings", `{"model":"text-embedding-3-small","input":"x"}`, "", 400},
+		{"/api/v1/moderations", `not json`, "", 400},
+		{"/api/v1/rerank", `{"model":"gw-rerank","query":"q","documents":[]}`, "", 400},
+		{"/api/v1/embeddings", `{"model":"gw-embed","input":"x"}`, "gw-embed", 200},
+	} {
+		before := len(sink.all())
+		r := f.post(t, c.path, c.body)
+		require.Equal(t, c.status, r.status, "%s %s: %s", c.path, c.body, r.body)
+		var rows []hotpath.UsageRecord
+		require.Eventually(t, func() bool { rows = sink.all(); return len(rows) == before+1 }, 2*time.Second, 5*time.Millisecond)
+		require.Equal(t, c.tier, rows[before].Tier, "%s %s", c.path, c.body)
+	}
 }

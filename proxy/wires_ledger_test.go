@@ -75,6 +75,14 @@ func TestFiveWiresBillAlike(t *testing.T) {
 			require.Equal(t, first.Billed, got.Billed, w.route)
 			require.Equal(t, first.Estimated, got.Estimated, w.route)
 			require.Equal(t, "key-1", got.KeyID)
+			// Content went out, with the whole answer or in the first
+			// frame, on every wire; a refusal sent none.
+			if block < 2 {
+				require.Positive(t, got.TTFTUS, "%s block %d", w.route, block)
+				require.LessOrEqual(t, got.TTFTUS, got.DurationUS, "%s block %d", w.route, block)
+			} else {
+				require.Zero(t, got.TTFTUS, w.route)
+			}
 		}
 	}
 	rows = []hotpath.UsageRecord{find("chat_v1", 0), {}, {}, {}, {}, find("chat_v1", 1), {}, {}, {}, {}, find("chat_v1", 2)}
