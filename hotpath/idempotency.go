@@ -362,15 +362,23 @@ func (m *MemoryIdempotency) Begin(_ context.Context, scope, key string, bodyHash
 	return nil, e, nil
 }
 
+// lockHeld locks the store, prunes what expired and reports the time and
+// whether e is still an unsettled claim. The caller unlocks.
+func (e *idemEntry) lockHeld() (now int64, held bool) {
+	m := e.m
+	m.mu.Lock()
+	now = m.clock()
+	m.prune(now)
+	return now, m.entries[e.digest] == e && e.replay == nil
+}
+
 // Complete implements Claim.
 func (e *idemEntry) Complete(_ context.Context, r Replay) error {
 	stored := r.clone()
 	m := e.m
-	m.mu.Lock()
+	now, held := e.lockHeld()
 	defer m.mu.Unlock()
-	now := m.clock()
-	m.prune(now)
-	if m.entries[e.digest] != e || e.replay != nil {
+	if !held {
 		return ErrIdempotencyClaimLost
 	}
 	m.claims.remove(e)
@@ -383,11 +391,9 @@ func (e *idemEntry) Complete(_ context.Context, r Replay) error {
 // Renew implements Claim.
 func (e *idemEntry) Renew(context.Context) error {
 	m := e.m
-	m.mu.Lock()
+	now, held := e.lockHeld()
 	defer m.mu.Unlock()
-	now := m.clock()
-	m.prune(now)
-	if m.entries[e.digest] != e || e.replay != nil {
+	if !held {
 		return ErrIdempotencyClaimLost
 	}
 	// Every claim lives one lease, so the list stays in expiry order with

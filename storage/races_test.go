@@ -19,6 +19,42 @@ import (
 // call has finished or waits on a lock: the interleaving that lost a write
 // when the call read without locking.
 
+// fileFixture is a user's ready chat attachment and a conversation of
+// theirs.
+type fileFixture struct {
+	db   *storage.DB
+	org  storage.Org
+	user storage.User
+	fs   *storage.Files
+	file storage.File
+	conv string
+}
+
+func newFileFixture(t *testing.T) fileFixture {
+	t.Helper()
+	db := storetest.DB(t)
+	org, u := seed(t, db)
+	fs := &storage.Files{DB: db, Store: &storage.PGFileStore{DB: db}}
+	f := fileFixture{db: db, org: org, user: u, fs: fs,
+		file: storeFile(t, fs, org.ID, u.ID, time.Now(), nil, "chat_attachment")}
+	f.conv = f.newConversation(t)
+	return f
+}
+
+func (f fileFixture) newConversation(t *testing.T) string {
+	t.Helper()
+	c, err := f.db.CreateConversation(context.Background(), f.user.ID, f.org.ID, storage.NewConversation{Source: "chat"})
+	require.NoError(t, err)
+	return c.ID
+}
+
+// attach appends a user message attaching ids to conv.
+func (f fileFixture) attach(conv string, ids ...string) error {
+	_, _, err := f.db.AppendMessage(context.Background(), f.user.ID, f.org.ID, conv, storage.NewMessage{Role: "user",
+		Content: "x", Status: "complete", FileIDs: ids, FilesAt: time.Now()}, nil, noRender)
+	return err
+}
+
 // inFlight begins the concurrent transaction and runs stmts in it.
 func inFlight(t *testing.T, db *storage.DB, stmts ...func(tx pgx.Tx) error) pgx.Tx {
 	t.Helper()
@@ -63,57 +99,40 @@ func beside(t *testing.T, db *storage.DB, call func() error) (wait func() error)
 
 func TestAppendDoesNotAttachAFileBeingDeleted(t *testing.T) {
 	ctx := context.Background()
-	db := storetest.DB(t)
-	org, u := seed(t, db)
-	fs := &storage.Files{DB: db, Store: &storage.PGFileStore{DB: db}}
-	f := storeFile(t, fs, org.ID, u.ID, time.Now(), nil, "chat_attachment")
-	c, err := db.CreateConversation(ctx, u.ID, org.ID, storage.NewConversation{Source: "chat"})
-	require.NoError(t, err)
+	f := newFileFixture(t)
 
 	// DELETE /files/{id}, or the deletion of the last conversation that
 	// attached the file, has marked it deleted and not committed yet.
-	tx := inFlight(t, db, stmt(`update files set state = 'deleted', deleted_at = now() where id = $1`, f.ID))
-	wait := beside(t, db, func() error {
-		_, _, err := db.AppendMessage(ctx, u.ID, org.ID, c.ID, storage.NewMessage{Role: "user", Content: "x",
-			Status: "complete", FileIDs: []string{f.ID}, FilesAt: time.Now()}, nil, noRender)
-		return err
-	})
+	tx := inFlight(t, f.db, stmt(`update files set state = 'deleted', deleted_at = now() where id = $1`, f.file.ID))
+	wait := beside(t, f.db, func() error { return f.attach(f.conv, f.file.ID) })
 	require.NoError(t, tx.Commit(ctx))
 	var missing *storage.FileMissingError
 	require.ErrorAs(t, wait(), &missing, "the append waits for the deletion, then finds no file")
-	require.Equal(t, f.ID, missing.ID)
+	require.Equal(t, f.file.ID, missing.ID)
 
 	var listed int
-	require.NoError(t, db.Pool.QueryRow(ctx, `select count(*) from conversation_messages where file_ids @> array[$1]`,
-		f.ID).Scan(&listed))
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `select count(*) from conversation_messages where file_ids @> array[$1]`,
+		f.file.ID).Scan(&listed))
 	require.Zero(t, listed, "no message lists a deleted file")
 }
 
 func TestConversationsSharingAFileDeletedAtOnceDeleteIt(t *testing.T) {
 	ctx := context.Background()
-	db := storetest.DB(t)
-	org, u := seed(t, db)
-	fs := &storage.Files{DB: db, Store: &storage.PGFileStore{DB: db}}
-	f := storeFile(t, fs, org.ID, u.ID, time.Now(), nil, "chat_attachment")
-	var convs [2]string
-	for i := range convs {
-		c, err := db.CreateConversation(ctx, u.ID, org.ID, storage.NewConversation{Source: "chat"})
-		require.NoError(t, err)
-		_, _, err = db.AppendMessage(ctx, u.ID, org.ID, c.ID, storage.NewMessage{Role: "user", Content: "x",
-			Status: "complete", FileIDs: []string{f.ID}, FilesAt: time.Now()}, nil, noRender)
-		require.NoError(t, err)
-		convs[i] = c.ID
+	f := newFileFixture(t)
+	other := f.newConversation(t)
+	for _, c := range []string{f.conv, other} {
+		require.NoError(t, f.attach(c, f.file.ID))
 	}
 
-	// The second conversation's deletion is in flight: its messages are
+	// The other conversation's deletion is in flight: its messages are
 	// gone to itself only.
-	tx := inFlight(t, db, stmt(`delete from conversation_messages where conversation_id = $1`, convs[1]),
-		stmt(`delete from conversations where id = $1`, convs[1]))
-	wait := beside(t, db, func() error { return db.DeleteConversation(ctx, u.ID, org.ID, convs[0], "req") })
+	tx := inFlight(t, f.db, stmt(`delete from conversation_messages where conversation_id = $1`, other),
+		stmt(`delete from conversations where id = $1`, other))
+	wait := beside(t, f.db, func() error { return f.db.DeleteConversation(ctx, f.user.ID, f.org.ID, f.conv, "req") })
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, wait())
 
-	_, err := db.GetFile(ctx, u.ID, org.ID, f.ID, time.Now())
+	_, err := f.db.GetFile(ctx, f.user.ID, f.org.ID, f.file.ID, time.Now())
 	require.ErrorIs(t, err, storage.ErrNotFound, "no message attaches the file any more")
 }
 
@@ -149,30 +168,23 @@ func TestVaultGrantWaitsForAMemberRemoval(t *testing.T) {
 
 func TestMigrationMendsMessagesThatKeptADeletedFile(t *testing.T) {
 	ctx := context.Background()
-	db := storetest.DB(t)
-	org, u := seed(t, db)
-	fs := &storage.Files{DB: db, Store: &storage.PGFileStore{DB: db}}
-	kept := storeFile(t, fs, org.ID, u.ID, time.Now(), nil, "chat_attachment")
-	deleted := storeFile(t, fs, org.ID, u.ID, time.Now().Add(time.Millisecond), nil, "chat_attachment")
-	c, err := db.CreateConversation(ctx, u.ID, org.ID, storage.NewConversation{Source: "chat"})
-	require.NoError(t, err)
-	_, _, err = db.AppendMessage(ctx, u.ID, org.ID, c.ID, storage.NewMessage{Role: "user", Content: "x",
-		Status: "complete", FileIDs: []string{kept.ID, deleted.ID}, FilesAt: time.Now()}, nil, noRender)
-	require.NoError(t, err)
+	f := newFileFixture(t)
+	deleted := storeFile(t, f.fs, f.org.ID, f.user.ID, time.Now().Add(time.Millisecond), nil, "chat_attachment")
+	require.NoError(t, f.attach(f.conv, f.file.ID, deleted.ID))
 	// What the race left: one file deleted under the message, and the id
 	// of one the janitor has since swept.
 	swept := "0b5c0e4c-6f1e-4d1a-9a53-2b1f4f6f0c11"
-	_, err = db.Pool.Exec(ctx, `update files set state = 'deleted', deleted_at = now() where id = $1`, deleted.ID)
+	_, err := f.db.Pool.Exec(ctx, `update files set state = 'deleted', deleted_at = now() where id = $1`, deleted.ID)
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `update conversation_messages set file_ids = file_ids || $1::text where conversation_id = $2`,
-		swept, c.ID)
+	_, err = f.db.Pool.Exec(ctx, `update conversation_messages set file_ids = file_ids || $1::text where conversation_id = $2`,
+		swept, f.conv)
 	require.NoError(t, err)
 
 	sql, err := os.ReadFile("migrations/015_file_release_locks.sql")
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, string(sql))
+	_, err = f.db.Pool.Exec(ctx, string(sql))
 	require.NoError(t, err)
-	page, err := db.ReadConversation(ctx, u.ID, org.ID, c.ID, storage.MessagePageRequest{Limit: 10})
+	page, err := f.db.ReadConversation(ctx, f.user.ID, f.org.ID, f.conv, storage.MessagePageRequest{Limit: 10})
 	require.NoError(t, err)
-	require.Equal(t, []string{kept.ID}, page.Messages[0].FileIDs)
+	require.Equal(t, []string{f.file.ID}, page.Messages[0].FileIDs)
 }
