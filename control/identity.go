@@ -3,6 +3,7 @@ package control
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -166,8 +167,20 @@ func (a *API) rotateKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	}
 	qctx, cancel := queryContext()
 	defer cancel()
-	issued, old, err := a.DB.RotateOwnKey(qctx, pathParam(ctx, "id"), c.User.UserID, c.User.OrgID)
+	id := pathParam(ctx, "id")
+	var presented *hotpath.TokenHash
+	if strings.EqualFold(id, c.User.KeyID) {
+		if token, ok := codec.ParseBearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)); ok {
+			h := hotpath.HashToken(token)
+			presented = &h
+		}
+	}
+	issued, old, err := a.DB.RotateOwnKey(qctx, id, c.User.UserID, c.User.OrgID, presented)
 	switch {
+	case errors.Is(err, storage.ErrKeySuperseded):
+		// Sent with a secret another rotation has just replaced: refused
+		// as that secret is from now on.
+		return codec.ErrUnauthorized
 	case errors.Is(err, storage.ErrNotFound), errors.Is(err, storage.ErrNotMember):
 		return errKeyNotFound
 	case errors.Is(err, storage.ErrKeyNotRotatable):

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -320,12 +321,21 @@ func (db *DB) RevokeServiceToken(ctx context.Context, id string) error {
 // already revoked.
 var ErrKeyNotRotatable = errors.New("only a live developer key can be rotated")
 
+// ErrKeySuperseded refuses a rotation sent with the very secret it would
+// replace, when another rotation replaced that secret first.
+var ErrKeySuperseded = errors.New("the secret presented was rotated meanwhile")
+
 // RotateOwnKey gives a developer key of userID bound to orgID a new secret:
 // same id, restrictions and workspace; only the hash changes. It returns the
 // new secret (shown once) and the old hash, which the rotating process drops
 // from its cache before it answers; the other processes hear of both hashes
-// through the api_keys trigger.
-func (db *DB) RotateOwnKey(ctx context.Context, keyID, userID, orgID string) (IssuedKey, hotpath.TokenHash, error) {
+// through the api_keys trigger. presented, when not nil, is the hash of the
+// secret the request was sent with, when that is the key's own: the
+// rotation then happens only while that secret is still the key's, so of
+// several rotations sent at once with one secret a single one wins and the
+// others are ErrKeySuperseded, as each would be once the first had
+// answered.
+func (db *DB) RotateOwnKey(ctx context.Context, keyID, userID, orgID string, presented *hotpath.TokenHash) (IssuedKey, hotpath.TokenHash, error) {
 	if !ValidUUID(keyID) {
 		return IssuedKey{}, hotpath.TokenHash{}, ErrNotFound
 	}
@@ -346,6 +356,9 @@ func (db *DB) RotateOwnKey(ctx context.Context, keyID, userID, orgID string) (Is
 		if err != nil {
 			return err
 		}
+		if presented != nil && !bytes.Equal(old, presented[:]) {
+			return ErrKeySuperseded
+		}
 		if kind != hotpath.KindDeveloper.String() || revoked {
 			return ErrKeyNotRotatable
 		}
@@ -353,7 +366,7 @@ func (db *DB) RotateOwnKey(ctx context.Context, keyID, userID, orgID string) (Is
 		return err
 	})
 	switch {
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrKeyNotRotatable):
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrKeyNotRotatable), errors.Is(err, ErrKeySuperseded):
 		return IssuedKey{}, hotpath.TokenHash{}, err
 	case err != nil:
 		return IssuedKey{}, hotpath.TokenHash{}, fmt.Errorf("cannot rotate key: %w", err)

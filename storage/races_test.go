@@ -188,3 +188,33 @@ func TestMigrationMendsMessagesThatKeptADeletedFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{f.file.ID}, page.Messages[0].FileIDs)
 }
+
+func TestRotationsSentWithOneSecretHaveOneWinner(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.DB(t)
+	org, u := seed(t, db)
+	issued, err := db.CreateKey(ctx, storage.NewKey{UserID: u.ID, OrgID: org.ID, Kind: hotpath.KindDeveloper})
+	require.NoError(t, err)
+	presented := hotpath.HashToken([]byte(issued.AccessToken))
+
+	// Another rotation sent with the same secret is in flight: it holds
+	// the key's row and has written its new hash.
+	fresh, _ := hotpath.GenerateToken(hotpath.TokenUser)
+	freshHash := hotpath.HashToken([]byte(fresh))
+	tx := inFlight(t, db, stmt(`select 1 from api_keys where id = $1 for update`, issued.KeyID),
+		stmt(`update api_keys set hash = $2 where id = $1`, issued.KeyID, freshHash[:]))
+	wait := beside(t, db, func() error {
+		_, _, err := db.RotateOwnKey(ctx, issued.KeyID, u.ID, org.ID, &presented)
+		return err
+	})
+	require.NoError(t, tx.Commit(ctx))
+	require.ErrorIs(t, wait(), storage.ErrKeySuperseded, "the secret it was sent with is no longer the key's")
+
+	// Sent with the key's current secret, or by another credential of the
+	// owner's (nil), a rotation goes through.
+	_, old, err := db.RotateOwnKey(ctx, issued.KeyID, u.ID, org.ID, &freshHash)
+	require.NoError(t, err)
+	require.Equal(t, freshHash, old)
+	_, _, err = db.RotateOwnKey(ctx, issued.KeyID, u.ID, org.ID, nil)
+	require.NoError(t, err)
+}
