@@ -93,7 +93,7 @@ func (c *SignInConfig) Validate() error {
 		u, err := url.Parse(c.PublicURL)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" ||
 			u.Fragment != "" || u.User != nil {
-			return fmt.Errorf("public_url: %q is not an http or https URL without query or fragment", c.PublicURL)
+			return fmt.Errorf("public_url: %q is not an http or https URL without query or fragment", hotpath.RedactURL(c.PublicURL))
 		}
 	}
 	switch {
@@ -162,7 +162,7 @@ func (p *OIDCProvider) validate() error {
 	u, err := url.Parse(p.Issuer)
 	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" ||
 		!(u.Scheme == "https" || u.Scheme == "http" && isLoopbackHost(u.Hostname())) {
-		return fmt.Errorf("issuer: %q is not an https URL (http only on a loopback address)", p.Issuer)
+		return fmt.Errorf("issuer: %q is not an https URL (http only on a loopback address)", hotpath.RedactURL(p.Issuer))
 	}
 	if p.ClientID == "" {
 		return errors.New("client_id: must be set")

@@ -73,7 +73,7 @@ type UpstreamConfig struct {
 func (c *UpstreamConfig) Validate() error {
 	u, err := url.Parse(c.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("base_url: %q is not an http(s) URL", c.BaseURL)
+		return fmt.Errorf("base_url: %q is not an http(s) URL", hotpath.RedactURL(c.BaseURL))
 	}
 	if c.Model == "" {
 		return errors.New("model: must be set")

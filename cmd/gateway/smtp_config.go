@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edgegw/gateway/control/outbox"
+	"github.com/edgegw/gateway/hotpath"
 )
 
 // smtpFile is the smtp section of the config file: where invitation
@@ -49,7 +50,7 @@ func mailSettings(f smtpFile, publicBaseURL, signInURL string, lookupEnv func(st
 		base = "http://localhost:8080"
 	}
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return cfg, "", fmt.Errorf("config public_base_url: %q is not an http(s) URL", base)
+		return cfg, "", fmt.Errorf("config public_base_url: %q is not an http(s) URL", hotpath.RedactURL(base))
 	}
 	return cfg, base, nil
 }

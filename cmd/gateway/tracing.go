@@ -159,7 +159,7 @@ func (c *tracingConfig) resolve() (on bool, err error) {
 	if c.Endpoint != "" {
 		u, err := url.Parse(c.Endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return false, fmt.Errorf("otel-endpoint: %q is not an http:// or https:// URL", c.Endpoint)
+			return false, fmt.Errorf("otel-endpoint: %q is not an http:// or https:// URL", hotpath.RedactURL(c.Endpoint))
 		}
 		if c.Protocol == "http/protobuf" && (u.Path == "" || u.Path == "/") {
 			u.Path = "/v1/traces"

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/edgegw/gateway/control"
 	"github.com/edgegw/gateway/proxy"
 	"github.com/edgegw/gateway/storage"
 )
@@ -324,4 +325,24 @@ func TestTracingExportsOverGRPC(t *testing.T) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	require.Equal(t, []string{proxy.SpanEdge}, col.names)
+}
+
+// A URL refused at start is named without the credentials it may carry:
+// the message goes to the operator's terminal and logs.
+func TestRefusedURLsHideTheirCredentials(t *testing.T) {
+	const secret = "s3cr3t-in-url"
+	bad := "grpc://user:" + secret + "@collector:4317"
+	var errs []error
+	c := tracingConfig{Endpoint: bad, getenv: func(string) string { return "" }}
+	_, err := c.resolve()
+	errs = append(errs, err)
+	errs = append(errs, (&proxy.UpstreamConfig{BaseURL: "ftp://user:" + secret + "@upstream", Model: "m"}).Validate())
+	errs = append(errs, (&control.SignInConfig{PublicURL: "https://user:" + secret + "@gw.example.com/x?q"}).Validate())
+	errs = append(errs, (&control.SignInConfig{Providers: map[string]control.OIDCProvider{
+		"idp": {Issuer: "http://user:" + secret + "@idp.example.com", ClientID: "c"}}}).Validate())
+	for i, err := range errs {
+		require.Error(t, err, i)
+		require.NotContains(t, err.Error(), secret, i)
+		require.Contains(t, err.Error(), "xxxxx@", i)
+	}
 }
