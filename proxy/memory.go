@@ -274,8 +274,9 @@ func (m *turnMemory) captureFacts(ctx context.Context, answer, rid string) []mem
 	return out
 }
 
-// keepFacts drops facts that are malformed, too long or carry personal
-// data, and keeps at most captureFactsMax. A key given twice is one
+// keepFacts drops facts that are malformed (not UTF-8, or holding a NUL,
+// which no text column stores), too long or carry personal data, and keeps
+// at most captureFactsMax. A key given twice is one
 // memory, holding the later value, as storing both in turn would leave
 // it: memory_capture reports what was stored, each key once.
 func keepFacts(facts []memory.Fact) []memory.Fact {
@@ -284,7 +285,8 @@ next:
 	for _, f := range facts {
 		f.Key, f.Value = strings.TrimSpace(f.Key), strings.TrimSpace(f.Value)
 		if f.Key == "" || f.Value == "" || len(f.Key) > captureKeyMax || utf8.RuneCountInString(f.Value) > captureValueMax ||
-			!utf8.ValidString(f.Key) || !utf8.ValidString(f.Value) {
+			!utf8.ValidString(f.Key) || !utf8.ValidString(f.Value) ||
+			strings.IndexByte(f.Key, 0) >= 0 || strings.IndexByte(f.Value, 0) >= 0 {
 			continue
 		}
 		if _, _, found := pii.Find(f.Key); found {

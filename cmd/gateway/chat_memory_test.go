@@ -408,6 +408,12 @@ func TestChatMemoryCapture(t *testing.T) {
 		require.Equal(t, []string{"cet"}, tz, "the later value, stored once")
 	})
 
+	t.Run("a fact holding a NUL is dropped and the others stored", func(t *testing.T) {
+		gw := ada.chat(t, turnBody("[[sim:facts=nul:a\x00b|chair:ergonomic]] hi"))
+		require.Equal(t, []string{"personal:chair"}, captured(gw))
+		require.NotContains(t, ada.memoryKeys(t, ""), "nul")
+	})
+
 	t.Run("personal data is dropped and capture off stores nothing", func(t *testing.T) {
 		gw := ada.chat(t, turnBody("[[sim:facts=contact:write to ada@example.com]] hi"))
 		require.NotContains(t, gw, "memory_capture")
