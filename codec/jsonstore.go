@@ -20,24 +20,89 @@ func JSONUnstorable(raw []byte) string {
 	if bytes.IndexByte(raw, 0) >= 0 {
 		return "must not contain NUL characters."
 	}
+	why := ""
+	findUnstorable(raw, func(kind unstorable, _, _ int) bool {
+		why = kind.String()
+		return false
+	})
+	return why
+}
+
+// StorableJSON returns raw, a compacted and valid JSON text, with what jsonb
+// would refuse put right: a NUL and an unpaired surrogate escape become
+// \ufffd, a number beyond the bounds null. A text that is storable comes
+// back as it is. It stores what a model wrote, which the gateway may not
+// refuse as it refuses a request.
+func StorableJSON(raw []byte) []byte {
+	if JSONUnstorable(raw) == "" {
+		return raw
+	}
+	out := make([]byte, 0, len(raw)+8)
+	last := 0
+	findUnstorable(raw, func(kind unstorable, at, end int) bool {
+		out = append(out, raw[last:at]...)
+		if kind == unstorableNumber {
+			out = append(out, "null"...)
+		} else {
+			out = append(out, `\ufffd`...)
+		}
+		last = end
+		return true
+	})
+	return append(out, raw[last:]...)
+}
+
+// unstorable is what jsonb refuses in a JSON text.
+type unstorable int
+
+const (
+	unstorableNUL unstorable = iota
+	unstorableSurrogate
+	unstorableNumber
+)
+
+func (u unstorable) String() string {
+	switch u {
+	case unstorableNUL:
+		return "must not contain NUL characters."
+	case unstorableSurrogate:
+		return "must not contain an unpaired surrogate escape."
+	}
+	return "must not contain a number beyond 1e308 in magnitude, or below 1e-324 other than zero."
+}
+
+// findUnstorable calls found with each stretch raw[at:end] that jsonb would
+// refuse, in order, until found returns false.
+func findUnstorable(raw []byte, found func(kind unstorable, at, end int) bool) {
 	inString := false
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		switch {
+		case c == 0:
+			if !found(unstorableNUL, i, i+1) {
+				return
+			}
 		case inString && c == '\\':
 			if i+1 < len(raw) && raw[i+1] == 'u' {
 				r, ok := hex4(raw, i+2)
 				switch {
 				case !ok:
 				case r == 0:
-					return "must not contain NUL characters."
+					if !found(unstorableNUL, i, i+6) {
+						return
+					}
 				case r >= 0xDC00 && r <= 0xDFFF:
-					return "must not contain an unpaired surrogate escape."
+					if !found(unstorableSurrogate, i, i+6) {
+						return
+					}
 				case r >= 0xD800 && r <= 0xDBFF:
 					if lo, ok := hex4(raw, i+8); !ok || raw[i+6] != '\\' || raw[i+7] != 'u' || lo < 0xDC00 || lo > 0xDFFF {
-						return "must not contain an unpaired surrogate escape."
+						if !found(unstorableSurrogate, i, i+6) {
+							return
+						}
+					} else {
+						i += 6 // the low half is read
 					}
-					i += 6 // the low half is read
 				}
 				i += 5
 			} else {
@@ -47,13 +112,12 @@ func JSONUnstorable(raw []byte) string {
 			inString = !inString
 		case !inString && (c == '-' || c >= '0' && c <= '9'):
 			n := numberEnd(raw, i)
-			if !storableNumber(raw[i:n]) {
-				return "must not contain a number beyond 1e308 in magnitude, or below 1e-324 other than zero."
+			if !storableNumber(raw[i:n]) && !found(unstorableNumber, i, n) {
+				return
 			}
 			i = n - 1
 		}
 	}
-	return ""
 }
 
 // hex4 reads the four hex digits at raw[i:].

@@ -53,3 +53,18 @@ func TestJSONUnstorable(t *testing.T) {
 	long := "[" + strings.Repeat(`"\ud83d\ude00",1e300,`, 1000) + "0]"
 	require.Empty(t, JSONUnstorable([]byte(long)))
 }
+
+func TestStorableJSON(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"a":"b"}`:                            `{"a":"b"}`,
+		`{"a":"x\u0000y"}`:                     `{"a":"x\ufffdy"}`,
+		`{"a":"x\\u0000y"}`:                    `{"a":"x\\u0000y"}`,
+		`["\ud800",1,"\ud83d\ude00","\udc00"]`: `["\ufffd",1,"\ud83d\ude00","\ufffd"]`,
+		`{"n":1e400,"m":2}`:                    `{"n":null,"m":2}`,
+		"{\"a\":\"x\x00y\"}":                   `{"a":"x\ufffdy"}`,
+	} {
+		got := string(StorableJSON([]byte(raw)))
+		require.Equal(t, want, got, raw)
+		require.Empty(t, JSONUnstorable([]byte(got)), raw)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/edgegw/gateway/codec"
 )
 
 // EvalRunOptions are a run's settings, checked by the caller.
@@ -441,14 +443,23 @@ func (db *DB) FinishEvalItem(ctx context.Context, it *EvalItem, out EvalOutcome,
 	if out.ErrorCode != "" {
 		code = &out.ErrorCode
 	}
+	// The model's words as they came, except what PostgreSQL holds in no
+	// column: a NUL, bytes that are not UTF-8, an unpaired surrogate,
+	// stored as U+FFFD (and in jsonb a number beyond its bounds as null).
+	// Refused, they would fail the item on every attempt.
 	var tc, v *string
 	if len(out.ToolCalls) > 0 {
-		s := string(out.ToolCalls)
+		s := string(codec.StorableJSON(out.ToolCalls))
 		tc = &s
 	}
 	if len(out.Verdicts) > 0 {
-		s := string(out.Verdicts)
+		s := string(codec.StorableJSON(out.Verdicts))
 		v = &s
+	}
+	reply := out.Reply
+	if reply != nil && !cleanAlready([]byte(*reply)) {
+		s := cleanText([]byte(*reply))
+		reply = &s
 	}
 	held := false
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -456,7 +467,7 @@ func (db *DB) FinishEvalItem(ctx context.Context, it *EvalItem, out EvalOutcome,
 				tool_calls = $6::jsonb, verdicts = $7::jsonb, input_tokens = $8, output_tokens = $9,
 				cost_pico = $10, latency_ms = $11, finished_at = now(), lease_token = null, lease_until = null
 			where id = $1 and lease_token = $2 and status = 'running'`,
-			it.ID, it.Token, out.Status, code, out.Reply, tc, v, out.InputTokens, out.OutputTokens,
+			it.ID, it.Token, out.Status, code, reply, tc, v, out.InputTokens, out.OutputTokens,
 			out.CostPico, out.LatencyMS)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err

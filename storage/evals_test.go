@@ -127,3 +127,26 @@ func TestEvalLeaseFencing(t *testing.T) {
 	require.Equal(t, "errored", res[0].Status)
 	require.Equal(t, "lease_expired", *res[0].ErrorCode)
 }
+
+// A model may answer with a NUL or with bytes that are not UTF-8, which no
+// text column holds: the reply is stored with U+FFFD in their place, and
+// the item finishes instead of failing every attempt.
+func TestEvalReplyWithNULIsStored(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.DB(t)
+	o, run := evalRun(t, db, 1, 1)
+	it, err := db.ClaimEvalItem(ctx, time.Minute, 10)
+	require.NoError(t, err)
+	require.NotNil(t, it)
+	reply := "a\x00b\xffc"
+	held, err := db.FinishEvalItem(ctx, it, storage.EvalOutcome{Status: "passed", Reply: &reply,
+		ToolCalls: []byte(`[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":\"\\u0000\"}"}}]`),
+		Verdicts:  []byte(`[{"type":"judge","passed":true,"reason":"fine\u0000"}]`)}, "")
+	require.NoError(t, err)
+	require.True(t, held)
+	res, err := db.EvalResults(ctx, o, run.ID, "", 10, nil)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Equal(t, "a\uFFFDb\uFFFDc", *res[0].Reply)
+	require.Contains(t, string(res[0].Verdicts), "fine\uFFFD")
+}

@@ -383,9 +383,10 @@ func cleanAlready(b []byte) bool {
 }
 
 // cleanText makes b safe for a PostgreSQL text column: valid UTF-8 and no
-// NUL byte. Texts come from the gateway's own names and a validated request
-// id, so this never changes a real row; it only keeps a malformed one from
-// failing its whole batch.
+// NUL byte, each stored as U+FFFD. A ledger row's texts come from the
+// gateway's own names and a validated request id, so there this never
+// changes a real row; it only keeps a malformed one from failing its whole
+// batch. An eval result's reply is the model's, which may hold either.
 func cleanText(b []byte) string {
 	if cleanAlready(b) {
 		return string(b)
