@@ -16,18 +16,34 @@ import (
 // KeyChannel is the PostgreSQL notification channel the key triggers use.
 const KeyChannel = "gw_keys"
 
-// ListenerApplicationName marks the listener's connection in pg_stat_activity.
-const ListenerApplicationName = "gateway-key-listener"
+// ListenerApplicationName marks the listener's connection in
+// pg_stat_activity. The part after the slash is the version of its
+// protocol: 2 answers sync markers (SyncKeys).
+const ListenerApplicationName = listenerNamePrefix + "2"
 
-// KeyAckChannel is where each listener answers a sync marker (SyncKeys).
+// listenerNamePrefix starts the name of every listener that answers sync
+// markers, whatever later protocol version it speaks.
+const listenerNamePrefix = "gateway-key-listener/"
+
+// LegacyListenerApplicationName marks the listener of a release from
+// before sync markers (schema version 14 and older): it applies
+// notifications but answers no marker, so a mixed fleet's writers do not
+// wait for it, and while one is connected the races it still runs may
+// need mending afterwards (MendAfterOlderProcesses).
+const LegacyListenerApplicationName = "gateway-key-listener"
+
+// KeySyncChannel carries sync markers: a token each listener answers with
+// on KeyAckChannel. PostgreSQL delivers the notifications of every channel
+// in one order, that of their commits, so a listener reading a marker has
+// read every key notification committed before it. A channel of its own
+// keeps markers from releases that listen on KeyChannel only.
+const KeySyncChannel = "gw_keys_sync"
+
+// KeyAckChannel is where each listener answers a sync marker.
 const KeyAckChannel = "gw_keys_ack"
 
 // syncApplicationName marks SyncKeys' connection in pg_stat_activity.
 const syncApplicationName = "gateway-key-sync"
-
-// KeySyncPrefix starts a sync marker's payload on KeyChannel: the rest is
-// the token each listener answers with on KeyAckChannel.
-const KeySyncPrefix = "s:"
 
 // Invalidator is what the listener keeps true: hotpath.Verifier.
 type Invalidator interface {
@@ -83,7 +99,7 @@ func (db *DB) listenOnce(ctx context.Context, inv Invalidator, cfg ListenConfig,
 		return fmt.Errorf("cannot connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "listen "+KeyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "listen "+KeyChannel+"; listen "+KeySyncChannel); err != nil {
 		return fmt.Errorf("cannot listen: %w", err)
 	}
 	inv.SetLive(true)
@@ -94,9 +110,9 @@ func (db *DB) listenOnce(ctx context.Context, inv Invalidator, cfg ListenConfig,
 		cancel()
 		switch {
 		case err == nil:
-			if token, ok := strings.CutPrefix(n.Payload, KeySyncPrefix); ok {
+			if n.Channel == KeySyncChannel {
 				// Every notification before the marker is applied: say so.
-				if _, err := conn.Exec(ctx, "select pg_notify($1, $2)", KeyAckChannel, token); err != nil {
+				if _, err := conn.Exec(ctx, "select pg_notify($1, $2)", KeyAckChannel, n.Payload); err != nil {
 					return fmt.Errorf("cannot acknowledge sync: %w", err)
 				}
 				continue
@@ -130,18 +146,18 @@ func dispatch(inv Invalidator, payload string) {
 	inv.Reset()
 }
 
-// SyncKeys returns once every process listening on KeyChannel has applied
-// every notification committed before the call: a key revoked, rotated or
+// SyncKeys returns once every process listening for key notifications has
+// applied every one committed before the call: a key revoked, rotated or
 // restricted, a membership, role or workspace cap changed. It counts the
-// listeners' connections, sends a marker on KeyChannel and waits for each
-// listener's answer on KeyAckChannel; PostgreSQL delivers notifications in
-// commit order, so a listener that answers has seen what came before. A
-// process that starts meanwhile starts with an empty cache, and one whose
-// listener is down trusts nothing it caches (ListenKeys), so neither is
-// waited for. It returns how many answered and how many were counted; a
-// listener that never answers (a process stopped in its tracks, or one of
-// a version that does not answer markers) holds it until ctx ends, which
-// is then the error.
+// listeners' connections, sends a marker on KeySyncChannel and waits for
+// each listener's answer on KeyAckChannel. A process that starts meanwhile
+// starts with an empty cache, and one whose listener is down trusts
+// nothing it caches (ListenKeys), so neither is waited for; nor is a
+// release from before markers (LegacyListenerApplicationName), which
+// applies the notification as it always did, within milliseconds. It
+// returns how many answered and how many were counted; a listener that
+// never answers (a process stopped in its tracks) holds it until ctx
+// ends, which is then the error.
 func (db *DB) SyncKeys(ctx context.Context) (acked, listeners int, err error) {
 	conn, err := db.connectDirect(ctx, syncApplicationName)
 	if err != nil {
@@ -155,13 +171,13 @@ func (db *DB) SyncKeys(ctx context.Context) (acked, listeners int, err error) {
 	_, _ = rand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
 	if err := conn.QueryRow(ctx, `select count(*) from pg_stat_activity
-		where datname = current_database() and application_name = $1`, ListenerApplicationName).Scan(&listeners); err != nil {
+		where datname = current_database() and starts_with(application_name, $1)`, listenerNamePrefix).Scan(&listeners); err != nil {
 		return 0, 0, fmt.Errorf("cannot sync key caches: %w", err)
 	}
 	if listeners == 0 {
 		return 0, 0, nil
 	}
-	if _, err := conn.Exec(ctx, "select pg_notify($1, $2)", KeyChannel, KeySyncPrefix+token); err != nil {
+	if _, err := conn.Exec(ctx, "select pg_notify($1, $2)", KeySyncChannel, token); err != nil {
 		return 0, listeners, fmt.Errorf("cannot sync key caches: %w", err)
 	}
 	for acked < listeners {

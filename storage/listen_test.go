@@ -151,14 +151,32 @@ func TestSyncKeysWaitsForEveryListener(t *testing.T) {
 		rec.mu.Unlock()
 	}
 
-	// A listener that never answers (an earlier version, a process stopped
-	// in its tracks) holds the sync until its context ends.
-	cc := db.Pool.Config().ConnConfig.Copy()
-	cc.RuntimeParams["application_name"] = storage.ListenerApplicationName
-	mute, err := pgx.ConnectConfig(ctx, cc)
+	// A release from before markers listens on the key channel only: it is
+	// not waited for, and hears no marker.
+	connect := func(name string) *pgx.Conn {
+		cc := db.Pool.Config().ConnConfig.Copy()
+		cc.RuntimeParams["application_name"] = name
+		conn, err := pgx.ConnectConfig(ctx, cc)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		return conn
+	}
+	legacy := connect(storage.LegacyListenerApplicationName)
+	_, err = legacy.Exec(ctx, "listen "+storage.KeyChannel)
 	require.NoError(t, err)
-	t.Cleanup(func() { mute.Close(context.Background()) })
-	_, err = mute.Exec(ctx, "listen "+storage.KeyChannel)
+	acked, listeners, err = db.SyncKeys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, listeners)
+	require.Equal(t, 2, acked)
+	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	n, err := legacy.WaitForNotification(wctx)
+	wcancel()
+	require.Error(t, err, "the legacy listener heard %v", n)
+
+	// A listener that never answers (a process stopped in its tracks)
+	// holds the sync until its context ends.
+	mute := connect(storage.ListenerApplicationName)
+	_, err = mute.Exec(ctx, "listen "+storage.KeySyncChannel)
 	require.NoError(t, err)
 	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer scancel()

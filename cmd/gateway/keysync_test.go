@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +29,7 @@ func startLaggard(t *testing.T, dbURL string) *laggard {
 	ctx, cancel := context.WithCancel(context.Background())
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "listen "+storage.KeyChannel)
+	_, err = conn.Exec(ctx, "listen "+storage.KeySyncChannel)
 	require.NoError(t, err)
 	l := &laggard{}
 	done := make(chan struct{})
@@ -41,10 +40,7 @@ func startLaggard(t *testing.T, dbURL string) *laggard {
 			if err != nil {
 				return
 			}
-			token, ok := strings.CutPrefix(n.Payload, storage.KeySyncPrefix)
-			if !ok {
-				continue
-			}
+			token := n.Payload
 			time.Sleep(200 * time.Millisecond)
 			l.mu.Lock()
 			l.acked++
