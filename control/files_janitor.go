@@ -17,8 +17,10 @@ const DefaultFileJanitorEvery = time.Minute
 const DefaultFileJanitorBatch = 200
 
 // FileJanitor deletes the bytes and records of deleted, expired and
-// abandoned files. Every gateway process may run it; each batch holds a
-// PostgreSQL advisory lock, so one process works at a time.
+// abandoned files, and mends what processes of an older release left
+// behind once none is connected (storage.MendAfterOlderProcesses). Every
+// gateway process may run it; each batch holds a PostgreSQL advisory
+// lock, so one process works at a time.
 type FileJanitor struct {
 	// Files is the records and the store. Required.
 	Files *storage.Files
@@ -43,7 +45,15 @@ func (j *FileJanitor) RunOnce(ctx context.Context) (deleted int, ran bool, err e
 	if batch <= 0 {
 		batch = DefaultFileJanitorBatch
 	}
-	return j.Files.SweepFiles(ctx, now(), batch)
+	deleted, ran, err = j.Files.SweepFiles(ctx, now(), batch)
+	if err != nil {
+		return deleted, ran, err
+	}
+	mended, err := j.Files.DB.MendAfterOlderProcesses(ctx)
+	if mended && j.Log != nil {
+		j.Log.Info("mended what processes of an older release left behind")
+	}
+	return deleted, ran, err
 }
 
 // Run runs the janitor at once and then every j.Every until ctx ends.

@@ -222,6 +222,13 @@ func migrationsFS() fs.FS {
 	return sub
 }
 
+// ErrSchemaNewer is Migrate's answer on a database a later release has
+// migrated: this binary applies nothing. Migrations keep what the release
+// before them reads and writes (each only adds, or changes what the earlier
+// release never reads), so a release rolled back, or one still running
+// beside a newer one, serves on the newer schema.
+var ErrSchemaNewer = errors.New("the database schema is newer than this binary's")
+
 // MigrationsApplicationName marks the migrations' connection in
 // pg_stat_activity.
 const MigrationsApplicationName = "gateway-migrate"
@@ -247,7 +254,7 @@ func (db *DB) Migrate(ctx context.Context) (from, to int32, err error) {
 		return 0, 0, fmt.Errorf("cannot read schema version: %w", err)
 	}
 	if from > int32(len(m.Migrations)) {
-		return from, from, fmt.Errorf("database schema version %d is newer than this binary's %d", from, len(m.Migrations))
+		return from, from, fmt.Errorf("%w: version %d, this binary's %d", ErrSchemaNewer, from, len(m.Migrations))
 	}
 	if err := m.Migrate(ctx); err != nil {
 		return from, 0, fmt.Errorf("cannot migrate: %w", err)

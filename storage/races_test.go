@@ -2,7 +2,6 @@ package storage_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -166,27 +165,66 @@ func TestVaultGrantWaitsForAMemberRemoval(t *testing.T) {
 	require.Zero(t, grants, "no grant outlives the membership")
 }
 
-func TestMigrationMendsMessagesThatKeptADeletedFile(t *testing.T) {
+func TestMendAfterOlderProcesses(t *testing.T) {
 	ctx := context.Background()
 	f := newFileFixture(t)
+	mended, err := f.db.MendAfterOlderProcesses(ctx)
+	require.NoError(t, err)
+	require.True(t, mended, "migration 15 marks a mend due")
+
+	// What an older process's races left: a file deleted under a message,
+	// the id of one the janitor has since swept, and a vault grant of a
+	// member removed meanwhile.
 	deleted := storeFile(t, f.fs, f.org.ID, f.user.ID, time.Now().Add(time.Millisecond), nil, "chat_attachment")
 	require.NoError(t, f.attach(f.conv, f.file.ID, deleted.ID))
-	// What the race left: one file deleted under the message, and the id
-	// of one the janitor has since swept.
 	swept := "0b5c0e4c-6f1e-4d1a-9a53-2b1f4f6f0c11"
-	_, err := f.db.Pool.Exec(ctx, `update files set state = 'deleted', deleted_at = now() where id = $1`, deleted.ID)
+	_, err = f.db.Pool.Exec(ctx, `update files set state = 'deleted', deleted_at = now() where id = $1`, deleted.ID)
 	require.NoError(t, err)
 	_, err = f.db.Pool.Exec(ctx, `update conversation_messages set file_ids = file_ids || $1::text where conversation_id = $2`,
 		swept, f.conv)
 	require.NoError(t, err)
+	member, err := f.db.CreateUser(ctx, "bob@example.com", f.org.ID, hotpath.RoleMember)
+	require.NoError(t, err)
+	name := "Shared"
+	v, err := f.db.CreateVault(ctx, f.org.ID, f.user.ID, storage.VaultFields{Name: &name})
+	require.NoError(t, err)
+	read := true
+	_, _, err = f.db.AddVaultMember(ctx, f.org.ID, f.user.ID, v.ID, member.ID, storage.MemberGrants{CanRead: &read})
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, `delete from memberships where user_id = $1`, member.ID)
+	require.NoError(t, err)
 
-	sql, err := os.ReadFile("migrations/015_file_release_locks.sql")
+	// An older process is connected: nothing is mended yet.
+	cc := f.db.Pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["application_name"] = storage.LegacyListenerApplicationName
+	older, err := pgx.ConnectConfig(ctx, cc)
 	require.NoError(t, err)
-	_, err = f.db.Pool.Exec(ctx, string(sql))
+	mended, err = f.db.MendAfterOlderProcesses(ctx)
 	require.NoError(t, err)
-	page, err := f.db.ReadConversation(ctx, f.user.ID, f.org.ID, f.conv, storage.MessagePageRequest{Limit: 10})
+	require.False(t, mended)
+	fileIDs := func() []string {
+		page, err := f.db.ReadConversation(ctx, f.user.ID, f.org.ID, f.conv, storage.MessagePageRequest{Limit: 10})
+		require.NoError(t, err)
+		return page.Messages[0].FileIDs
+	}
+	require.Len(t, fileIDs(), 3)
+
+	// Once it is gone, the mend runs, once.
+	require.NoError(t, older.Close(ctx))
+	require.Eventually(t, func() bool {
+		mended, err = f.db.MendAfterOlderProcesses(ctx)
+		require.NoError(t, err)
+		return mended
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{f.file.ID}, fileIDs(), "the live file is kept, in its place")
+	var grants int
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `select count(*) from vault_members where user_id = $1`, member.ID).Scan(&grants))
+	require.Zero(t, grants, "the removed member's grant ends")
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `select count(*) from vault_members where user_id = $1`, f.user.ID).Scan(&grants))
+	require.Equal(t, 1, grants, "the owner's stays")
+	mended, err = f.db.MendAfterOlderProcesses(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{f.file.ID}, page.Messages[0].FileIDs)
+	require.False(t, mended, "nothing is due any more")
 }
 
 func TestRotationsSentWithOneSecretHaveOneWinner(t *testing.T) {

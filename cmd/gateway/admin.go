@@ -345,7 +345,11 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	}
 	defer db.Close()
 	from, to, err := db.Migrate(ctx)
-	if err != nil {
+	switch {
+	case errors.Is(err, storage.ErrSchemaNewer):
+		// Nothing to apply: a rollback's migrate step goes through.
+		fmt.Fprintf(stderr, "gateway migrate: warning: %v; nothing applied\n", err)
+	case err != nil:
 		fmt.Fprintf(stderr, "gateway migrate: %v\n", err)
 		return 1
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgegw/gateway/storage"
+	"github.com/edgegw/gateway/storage/storetest"
 )
 
 func TestHealthAndReady(t *testing.T) {
@@ -372,4 +373,27 @@ func TestIdempotentReplay(t *testing.T) {
 			require.Equal(t, string(pair[0].raw), string(again.raw))
 		}
 	})
+}
+
+// A release rolled back, or starting beside a newer one mid rollout, finds
+// the schema a later release migrated: it migrates nothing and serves.
+func TestServesOnANewerSchema(t *testing.T) {
+	dbURL := storetest.DatabaseURL(t)
+	var out, errOut bytes.Buffer
+	require.Zero(t, run([]string{"migrate", "--database-url", dbURL}, &out, &errOut), errOut.String())
+	db, err := storage.Open(context.Background(), storage.Config{URL: dbURL})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), `update schema_version set version = version + 1`)
+	require.NoError(t, err)
+	db.Close()
+
+	out.Reset()
+	errOut.Reset()
+	require.Zero(t, run([]string{"migrate", "--database-url", dbURL}, &out, &errOut), errOut.String())
+	require.Contains(t, errOut.String(), "newer")
+	ta := startTestApp(t, func(c *serveConfig) { c.DB.URL = dbURL })
+	r := ta.call(t, "GET", "/api/ready", "", nil)
+	require.Equal(t, 200, r.status, "%s", r.raw)
+	require.EqualValues(t, storage.BinaryVersion()+1, r.body["schema_version"])
+	require.Contains(t, ta.logs.String(), "database schema is newer than this binary's")
 }

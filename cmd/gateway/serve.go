@@ -418,7 +418,13 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	}
 	if cfg.Migrate {
 		from, to, err := a.db.Migrate(ctx)
-		if err != nil {
+		switch {
+		case errors.Is(err, storage.ErrSchemaNewer):
+			// A release rolled back, or starting beside a newer one mid
+			// rollout: it serves on the newer schema (storage.ErrSchemaNewer).
+			log.Warn("database schema is newer than this binary's; migrating nothing", "schema_version", from,
+				"binary_schema_version", storage.BinaryVersion())
+		case err != nil:
 			a.db.Close()
 			return nil, err
 		}

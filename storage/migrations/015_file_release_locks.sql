@@ -25,12 +25,13 @@ begin
     return null;
 end $$;
 
--- Messages that kept the id of a file deleted under them by that race.
--- A file's id leaves every message when the file is deleted, so an id with
--- no row, or with a deleted one, is only ever that.
-update conversation_messages m
-set file_ids = array(select x from unnest(m.file_ids) x
-                     where exists (select 1 from files f where f.id::text = x and f.state <> 'deleted'))
-where cardinality(m.file_ids) > 0
-  and exists (select 1 from unnest(m.file_ids) x
-              where not exists (select 1 from files f where f.id::text = x and f.state <> 'deleted'));
+-- What a release from before this one may leave behind while it runs
+-- beside newer ones, and left before: files deleted under messages that
+-- list them, vault grants that outlived a membership. The gateway mends
+-- both once no older process is connected (storage.MendAfterOlderProcesses,
+-- run by the file janitor); this row says a mend is due.
+create table maintenance_flags (
+    name    text primary key,
+    set_at  timestamptz not null default now()
+);
+insert into maintenance_flags (name) values ('mend_after_older_processes');
