@@ -177,8 +177,9 @@ const keySyncTimeout = 2 * time.Second
 // process dropped it from its own cache): the next request, on whichever
 // process, obeys it (spec: key validity, "401 from the next request").
 // A process that does not answer within keySyncTimeout (stopped in its
-// tracks, or of an earlier version during a rollout) no longer holds the
-// answer back; it applies the change on its own notification.
+// tracks) no longer holds the answer back; it applies the change on its
+// own notification. A release from before sync markers is not waited for
+// (storage.SyncKeys).
 func (a *API) fleetSees() {
 	ctx, cancel := context.WithTimeout(context.Background(), keySyncTimeout)
 	defer cancel()
