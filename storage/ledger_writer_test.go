@@ -279,6 +279,13 @@ func TestLedgerFullQueueGoesStraightToTheSpool(t *testing.T) {
 	requireExactlyOnce(t, w, "r", 500)
 }
 
+// recordUnbilled records a row that bills nothing (a refusal's).
+func recordUnbilled(l *Ledger, id string) {
+	r := sampleRecord()
+	r.RequestID, r.Billed = id, false
+	l.Record(&r)
+}
+
 func TestLedgerFullSpoolLosesRowsCountedAndSaturates(t *testing.T) {
 	w := newMemWriter()
 	w.down.Store(true)
@@ -291,7 +298,7 @@ func TestLedgerFullSpoolLosesRowsCountedAndSaturates(t *testing.T) {
 	lineLen := len(appendSpoolLine(nil, &rows[0]))
 	n := (1<<20)/lineLen + 500
 	for i := range n {
-		record(f.l, fmt.Sprintf("r-%d", i))
+		recordUnbilled(f.l, fmt.Sprintf("r-%d", i))
 	}
 	// The writer, behind on its fsyncs, may take rows out of the queue
 	// after the last one arrived, into the batch it then holds: the queue
@@ -301,13 +308,22 @@ func TestLedgerFullSpoolLosesRowsCountedAndSaturates(t *testing.T) {
 		if f.l.Saturated() {
 			return true
 		}
-		record(f.l, fmt.Sprintf("r-%d", n))
+		recordUnbilled(f.l, fmt.Sprintf("r-%d", n))
 		n++
 		return false
 	}, 5*time.Second, time.Millisecond)
 	dropped := f.counter("gateway_ledger_rows_dropped_total")
-	require.Positive(t, dropped, "a full spool loses rows, and says so")
+	require.Positive(t, dropped, "a full spool loses unbilled rows, and says so")
 	require.LessOrEqual(t, f.l.spool.bytes(), int64(1<<20), "the spool keeps its bound")
+
+	// Billed rows of requests admitted before the ledger saturated (a
+	// stream that runs on) are kept past the bound, one each: not lost.
+	for i := range 10 {
+		record(f.l, fmt.Sprintf("billed-%d", i))
+		n++
+	}
+	require.Equal(t, dropped, f.counter("gateway_ledger_rows_dropped_total"), "no billed row is lost")
+	require.Greater(t, f.l.spool.bytes(), int64(1<<20)-int64(lineLen))
 
 	w.down.Store(false)
 	require.NoError(t, f.l.Flush(ctxT(t)))

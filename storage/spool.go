@@ -127,7 +127,7 @@ func (s *spool) append(rows []ledgerRow, sync bool) error {
 		buf = appendSpoolLine(buf, &rows[i])
 	}
 	s.buf = buf
-	return s.writeLocked(buf, sync)
+	return s.writeLocked(buf, sync, false)
 }
 
 // appendRow is append for one row.
@@ -135,11 +135,17 @@ func (s *spool) appendRow(row *ledgerRow, sync bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.buf = appendSpoolLine(s.buf[:0], row)
-	return s.writeLocked(s.buf, sync)
+	// A billed row is money owed for an answer already given: admission
+	// refuses billable work once the spool is at its bound (Saturated), so
+	// the billed rows that still come are those of requests in flight then,
+	// one each, and they are kept past the bound rather than lost.
+	return s.writeLocked(s.buf, sync, row.flags&flagBilled != 0)
 }
 
-func (s *spool) writeLocked(buf []byte, sync bool) error {
-	if s.ownBytes.Load()+int64(len(buf)) > s.max {
+// writeLocked appends buf to the active segment; past the spool's bound
+// only when overBound.
+func (s *spool) writeLocked(buf []byte, sync, overBound bool) error {
+	if !overBound && s.ownBytes.Load()+int64(len(buf)) > s.max {
 		return errSpoolFull
 	}
 	if s.active == nil {

@@ -140,6 +140,7 @@ func TestSpoolSkipsDamagedLinesAndKeepsTheRest(t *testing.T) {
 func TestSpoolBound(t *testing.T) {
 	dir := t.TempDir()
 	rows := testRows(1)
+	rows[0].flags &^= flagBilled
 	lineLen := int64(len(appendSpoolLine(nil, &rows[0])))
 	s := testSpool(t, dir, 10*lineLen)
 	for range 10 {
@@ -148,6 +149,12 @@ func TestSpoolBound(t *testing.T) {
 	require.ErrorIs(t, s.appendRow(&rows[0], false), errSpoolFull)
 	require.ErrorIs(t, s.append(testRows(2), true), errSpoolFull)
 	require.Equal(t, 10*lineLen, s.bytes())
+	// A billed row is kept past the bound (Ledger.Saturated has refused
+	// new billable work by then).
+	billed := testRows(1)
+	billed[0].flags |= flagBilled
+	require.NoError(t, s.appendRow(&billed[0], false))
+	require.Equal(t, 10*lineLen+int64(len(appendSpoolLine(nil, &billed[0]))), s.bytes())
 
 	// Replaying frees the room.
 	seg := s.next()
@@ -155,7 +162,7 @@ func TestSpoolBound(t *testing.T) {
 	got, eof, err := s.read(seg, 100, nil)
 	require.NoError(t, err)
 	require.True(t, eof)
-	require.Len(t, got, 10)
+	require.Len(t, got, 11)
 	s.advance(seg)
 	s.finish(seg)
 	require.Zero(t, s.bytes())
