@@ -10,15 +10,16 @@ import (
 
 func TestRedactURL(t *testing.T) {
 	for raw, want := range map[string]string{
-		"https://collector:4317/v1/traces":          "https://collector:4317/v1/traces",
-		"grpc://u:secret@collector:4317":            "grpc://xxxxx@collector:4317",
-		"https://token@idp.example.com/realm?x=a@b": "https://xxxxx@idp.example.com/realm?x=a@b",
-		"https://u:p%zz@host/":                      "https://xxxxx@host/",
-		"u:secret@host:1/path":                      "xxxxx@host:1/path",
-		"https://u:p@ss@host":                       "https://xxxxx@host",
-		"not a url":                                 "not a url",
-		"":                                          "",
-		"http://host/path@not-userinfo":             "http://host/path@not-userinfo",
+		"https://collector:4317/v1/traces":    "https://collector:4317/v1/traces",
+		"grpc://u:secret@collector:4317":      "grpc://xxxxx@collector:4317",
+		"https://token@idp.example.com/realm": "https://xxxxx@idp.example.com/realm",
+		"https://u:se/cr?et@host/realm":       "https://xxxxx@host/realm",
+		"https://u:p%zz@host/":                "https://xxxxx@host/",
+		"u:secret@host:1/path":                "xxxxx@host:1/path",
+		"https://u:p@ss@host":                 "https://xxxxx@host",
+		"not a url":                           "not a url",
+		"":                                    "",
+		"http://host/path@at-sign":            "http://xxxxx@at-sign",
 	} {
 		require.Equal(t, want, hotpath.RedactURL(raw), raw)
 	}
