@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/edgegw/gateway/hotpath"
 )
 
 // sentinelRefresh is how often a Sentinel client checks which server is the
@@ -58,7 +59,7 @@ func ParseRedisURL(raw string) (rueidis.ClientOption, error) {
 		// misread as host, port or path. The same URL with its password
 		// masked fails the same way when the fault is elsewhere, and its
 		// message can quote only the mask.
-		redacted := redactRedisURL(raw)
+		redacted := hotpath.RedactURL(raw)
 		_, err = rueidis.ParseURL(redacted)
 		var ue *url.Error
 		switch {
@@ -77,22 +78,3 @@ func ParseRedisURL(raw string) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
-// redactRedisURL masks the password of a Redis URL, parsable or not, as
-// the database URLs' errors do: the user information runs to the last '@'
-// (as the parser reads it), and everything after its first ':' is masked.
-// Without "://" all before the last '@' is masked.
-func redactRedisURL(raw string) string {
-	at := strings.LastIndexByte(raw, '@')
-	if at < 0 {
-		return raw
-	}
-	scheme, rest, ok := strings.Cut(raw[:at], "://")
-	if !ok {
-		return "xxxxx" + raw[at:]
-	}
-	user, _, hasPassword := strings.Cut(rest, ":")
-	if !hasPassword {
-		return raw
-	}
-	return scheme + "://" + user + ":xxxxx" + raw[at:]
-}
