@@ -172,11 +172,26 @@ func (r dependencyRoutes) Handle(method, path string, a hotpath.Access, h func(*
 // caps waits for every process of the fleet to apply it before answering.
 const keySyncTimeout = 2 * time.Second
 
+// keysChanged drops hashes from this process's key cache and returns once
+// every process of the fleet has applied what the request just committed
+// to them (fleetSees): the next request, on whichever process, obeys it
+// (spec: key validity, "401 from the next request").
+func (a *API) keysChanged(hashes ...hotpath.TokenHash) {
+	for _, h := range hashes {
+		a.Keys.Invalidate(h)
+	}
+	a.fleetSees()
+}
+
+// allKeysChanged is keysChanged for a change that reaches every cached
+// record (a role, a workspace cap): this process distrusts its whole cache.
+func (a *API) allKeysChanged() {
+	a.Keys.Reset()
+	a.fleetSees()
+}
+
 // fleetSees returns once every process of the fleet has applied what the
-// request just committed to keys, memberships, roles or caps (after this
-// process dropped it from its own cache): the next request, on whichever
-// process, obeys it (spec: key validity, "401 from the next request").
-// A process that does not answer within keySyncTimeout (stopped in its
+// request just committed to keys, memberships, roles or caps. A process that does not answer within keySyncTimeout (stopped in its
 // tracks) no longer holds the answer back; it applies the change on its
 // own notification. A release from before sync markers is not waited for
 // (storage.SyncKeys).

@@ -147,8 +147,7 @@ func (a *API) revokeKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return err
 	}
-	a.Keys.Invalidate(h)
-	a.fleetSees()
+	a.keysChanged(h)
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 	return nil
 }
@@ -188,7 +187,6 @@ func (a *API) rotateKey(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	case err != nil:
 		return err
 	}
-	a.Keys.Invalidate(old)
-	a.fleetSees()
+	a.keysChanged(old)
 	return writeJSON(ctx, fasthttp.StatusOK, issued)
 }

@@ -120,10 +120,7 @@ func (a *API) removeMember(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return orgError(err, ErrOrgMemberNotFound)
 	}
-	for _, h := range d.Revoked {
-		a.Keys.Invalidate(h)
-	}
-	a.fleetSees()
+	a.keysChanged(d.Revoked...)
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 	return nil
 }
@@ -162,10 +159,9 @@ func (a *API) setMemberRole(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return orgError(err, ErrOrgMemberNotFound)
 	}
-	// The member's keys carry the new role from their next request, here
-	// and, once fleetSees returns, on every other process.
-	a.Keys.Reset()
-	a.fleetSees()
+	// The member's keys carry the new role from their next request, on
+	// every process.
+	a.allKeysChanged()
 	return writeJSON(ctx, fasthttp.StatusOK, m)
 }
 
@@ -192,10 +188,7 @@ func (a *API) leaveOrg(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	if err != nil {
 		return orgError(err, ErrOrgMemberNotFound)
 	}
-	for _, h := range d.Revoked {
-		a.Keys.Invalidate(h)
-	}
-	a.fleetSees()
+	a.keysChanged(d.Revoked...)
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 	return nil
 }

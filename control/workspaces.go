@@ -210,9 +210,8 @@ func (a *API) updateWorkspace(ctx *fasthttp.RequestCtx, c *hotpath.Call) error {
 	}
 	if p.SetCap {
 		// Keys of the workspace carry the new cap from their next request,
-		// here and, once fleetSees returns, on every other process.
-		a.Keys.Reset()
-		a.fleetSees()
+		// on every process.
+		a.allKeysChanged()
 	}
 	return writeJSON(ctx, fasthttp.StatusOK, w)
 }
