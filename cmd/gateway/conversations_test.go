@@ -357,6 +357,8 @@ func TestConversationList(t *testing.T) {
 			400, "invalid_request", "filters")
 		require.Equal(t, 200, ada.do(t, "GET", "/api/v1/conversations?limit=100&cursor="+next, nil).status,
 			"the page size may change between pages")
+		empty := ada.do(t, "GET", "/api/v1/conversations?limit=1&cursor=", nil)
+		require.Equal(t, first.body["data"], empty.body["data"], "an empty cursor is the first page")
 	})
 }
 

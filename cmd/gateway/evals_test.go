@@ -437,6 +437,7 @@ func TestEvalBadInputAndIsolation(t *testing.T) {
 	// Nothing above was stored.
 	require.EqualValues(t, 0, c.ok(t, 200, "GET", base, nil)["case_count"])
 	require.Len(t, c.ok(t, 200, "GET", "/api/v1/evals/suites", nil)["data"], 1)
+	require.Len(t, c.ok(t, 200, "GET", "/api/v1/evals/suites?cursor=", nil)["data"], 1, "an empty cursor is the first page")
 
 	// Slugs are derived from the name and unique in the workspace.
 	s := c.ok(t, 201, "POST", "/api/v1/evals/suites", map[string]any{"name": "Support — Replies!"})

@@ -158,6 +158,9 @@ func TestFilesUploadReadListDownloadDelete(t *testing.T) {
 		requireError(t, r, 400, "invalid_request", "limit")
 		r = ada.do(t, "GET", "/api/v1/files?cursor=bogus", nil)
 		requireError(t, r, 400, "invalid_request", "cursor")
+		r = ada.do(t, "GET", "/api/v1/files?limit=4&cursor=", nil)
+		require.Equal(t, 200, r.status, "an empty cursor is the first page: %s", r.raw)
+		require.Equal(t, ids[0], r.body["data"].([]any)[0].(map[string]any)["id"])
 	})
 
 	t.Run("delete", func(t *testing.T) {
