@@ -1181,12 +1181,13 @@ func (t *turn) complete(ctx *fasthttp.RequestCtx, req *fasthttp.Request) error {
 	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(t.out)
+	elapsed := time.Since(t.start)
 	// The answer's first content token goes out with the whole answer: its
 	// time to first token is now (docs/ledger.md, ttft_us).
 	if t.answer.Content != nil || t.answer.Reasoning != nil || t.answer.ToolCalls != nil {
-		t.ttft = time.Since(t.start)
+		t.ttft = elapsed
 	}
-	overhead := time.Since(t.start) - t.upstream
+	overhead := elapsed - t.upstream
 	var ms [24]byte
 	ctx.Response.Header.SetBytesV("Gateway-Overhead-Ms", codec.AppendDecimal(ms[:0], overhead.Microseconds(), 3))
 	t.ch.m.overhead.Update(overhead.Seconds())
