@@ -77,4 +77,3 @@ func ParseRedisURL(raw string) (rueidis.ClientOption, error) {
 	}
 	return opt, nil
 }
-
