@@ -110,10 +110,6 @@ import (
 	"github.com/edgegw/gateway/hotpath/meter"
 )
 
-// DefaultCountersCallTimeout bounds one call to Redis: past it the call
-// fails with meter.ErrCountersUnavailable and the request runs unmetered.
-const DefaultCountersCallTimeout = 250 * time.Millisecond
-
 // counterSeedTimeout bounds one ledger query when the caller set no deadline.
 const counterSeedTimeout = 5 * time.Second
 
@@ -168,8 +164,8 @@ type RedisCountersConfig struct {
 	// LeaseTTL is how long a lease outlives a process that stops renewing
 	// it (0: meter.LeaseTTL). Renewal runs every third of it.
 	LeaseTTL time.Duration
-	// CallTimeout bounds one call to Redis (0:
-	// DefaultCountersCallTimeout).
+	// CallTimeout bounds one call to Redis, past which it fails with
+	// meter.ErrCountersUnavailable (0: RedisCallTimeout).
 	CallTimeout time.Duration
 }
 
@@ -186,7 +182,7 @@ func NewRedisCounters(cfg RedisCountersConfig) *RedisCounters {
 		cfg.LeaseTTL = meter.LeaseTTL
 	}
 	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = DefaultCountersCallTimeout
+		cfg.CallTimeout = RedisCallTimeout
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
@@ -567,7 +563,7 @@ func (c *RedisCounters) renewOnce(run context.Context) {
 		spans = append(spans, [2]int{start, end})
 		start = end
 	}
-	ctx, cancel := context.WithTimeout(run, c.leaseTTL/3)
+	ctx, cancel := c.call(run)
 	defer cancel()
 	lost := 0
 	for bi, res := range renewScript.ExecMulti(ctx, c.client, batch...) {
@@ -628,7 +624,7 @@ func (c *RedisCounters) releaseAbandoned(run context.Context) {
 	for i, l := range leases {
 		cmds[i] = c.client.B().Zrem().Key(c.leaseKey(l.Tenant, l.Key)).Member(l.ID).Build()
 	}
-	ctx, cancel := context.WithTimeout(run, c.leaseTTL/3)
+	ctx, cancel := c.call(run)
 	defer cancel()
 	res := c.client.DoMulti(ctx, cmds...)
 	c.mu.Lock()

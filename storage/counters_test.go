@@ -16,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/logtest"
 	"github.com/edgegw/gateway/hotpath/meter"
 	"github.com/edgegw/gateway/hotpath/meter/metertest"
@@ -585,6 +586,134 @@ func TestRedisCountersUnavailable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Redis that hangs holds no call much past its bound, also once the
+// client has dropped its silent connection and must dial again. The calls
+// share one client, and while one of them dials, every other call waits for
+// that dial: so every call the gateway makes on it (the counters', their
+// lease renewals, the replay store's) carries the same bound, and none may
+// hold a dial longer.
+func TestRedisHungAcrossReconnectHoldsNoCallPastItsBound(t *testing.T) {
+	opt, err := rueidis.ParseURL(storetest.RedisURL(t))
+	require.NoError(t, err)
+	p := startFaultProxy(t, opt.InitAddress[0])
+	o := opt
+	o.InitAddress = []string{p.ln.Addr().String()}
+	o.DisableCache = true
+	// The client drops a connection that answers nothing after this (10 s
+	// by default), and the next call dials again.
+	o.ConnWriteTimeout = 300 * time.Millisecond
+	client, err := rueidis.NewClient(o)
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	prefix := storetest.Prefix()
+	// Renewals every 2 s: at least one while the test runs.
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, LeaseTTL: 6 * time.Second})
+	t.Cleanup(c.Close)
+	idem := storage.NewRedisIdempotency(client, prefix, time.Minute, 0)
+	_, held := metertest.TakeSlot(t, c, time.Now(), "cc:held", 1) // the renewer has a lease to renew
+	require.True(t, held)
+	_, _, err = idem.Begin(t.Context(), "scope", "warm", [32]byte{}) // the replay store's script is loaded
+	require.NoError(t, err)
+
+	p.silent.Store(true)
+	ctx := context.Background() // no deadline: each store brings its own
+	ws := []meter.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}
+	var worst atomic.Int64
+	timed := func(call func()) {
+		start := time.Now()
+		call()
+		took := int64(time.Since(start))
+		for w := worst.Load(); took > w && !worst.CompareAndSwap(w, took); w = worst.Load() {
+		}
+	}
+	until := time.Now().Add(4 * time.Second)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for time.Now().Before(until) {
+				timed(func() { _, _ = c.Hit(ctx, time.Now(), ws, make([]meter.WindowState, 1)) })
+			}
+		})
+	}
+	wg.Go(func() { // a request with an Idempotency-Key now and then
+		for time.Now().Before(until) {
+			timed(func() { _, _, _ = idem.Begin(ctx, "scope", "k", [32]byte{1}) })
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+	t.Logf("the longest call took %v", time.Duration(worst.Load()).Round(time.Millisecond))
+	require.Less(t, time.Duration(worst.Load()), time.Second,
+		"a call on a hung Redis waited far past the %v bound", storage.RedisCallTimeout)
+}
+
+// Every call the counters (their lease renewals included) and the replay
+// store make carries RedisCallTimeout, whatever deadline the caller brought:
+// the rule the test above depends on, checked on each call path.
+func TestRedisEveryCallCarriesTheBound(t *testing.T) {
+	client := &deadlineClient{Client: storetest.Redis(t)}
+	prefix := storetest.Prefix()
+	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, LeaseTTL: 1500 * time.Millisecond}) // renewals every 500 ms
+	t.Cleanup(c.Close)
+	idem := storage.NewRedisIdempotency(client, prefix, time.Minute, 0)
+	ctx := context.Background()
+	now := time.Now()
+	ws := []meter.Window{{Key: "rl:key:k1:requests", Limit: 5, Length: time.Minute}}
+	budgets := []meter.Budget{{Kind: meter.BudgetKeySpend, Subject: "key_1", Cap: 100}}
+
+	_, err := c.Hit(ctx, now, ws, make([]meter.WindowState, 1))
+	require.NoError(t, err)
+	require.NoError(t, c.PeekWindows(ctx, now, ws, make([]meter.WindowState, 1)))
+	require.NoError(t, c.Usage(ctx, now, budgets, make([]meter.BudgetState, 1)))
+	r := new(meter.Reservation)
+	res, err := c.Admit(ctx, now, &meter.Admission{LeaseKey: "cc:k1", LeaseLimit: 2, Budgets: budgets, Amounts: []int64{10}}, r)
+	require.NoError(t, err)
+	renewals := client.multi.Load()
+	require.Eventually(t, func() bool { return client.multi.Load() >= renewals+2 }, 5*time.Second, 10*time.Millisecond,
+		"the lease was renewed")
+	require.NoError(t, c.Finish(ctx, res.Lease, r, []int64{10}))
+
+	_, claim, err := idem.Begin(ctx, "scope", "k", [32]byte{})
+	require.NoError(t, err)
+	require.NoError(t, claim.Renew(ctx))
+	require.NoError(t, claim.Complete(ctx, hotpath.Replay{Status: 200, Body: []byte("{}")}))
+	_, claim, err = idem.Begin(ctx, "scope", "k2", [32]byte{})
+	require.NoError(t, err)
+	require.NoError(t, claim.Abandon(ctx))
+
+	require.Zero(t, client.unbounded.Load(), "calls without a deadline")
+	require.LessOrEqual(t, time.Duration(client.longest.Load()), storage.RedisCallTimeout)
+}
+
+// deadlineClient records the longest deadline its calls carried, and how
+// many carried none.
+type deadlineClient struct {
+	rueidis.Client
+	longest, unbounded, multi atomic.Int64
+}
+
+func (c *deadlineClient) note(ctx context.Context) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		c.unbounded.Add(1)
+		return
+	}
+	left := int64(time.Until(d))
+	for l := c.longest.Load(); left > l && !c.longest.CompareAndSwap(l, left); l = c.longest.Load() {
+	}
+}
+
+func (c *deadlineClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.note(ctx)
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c *deadlineClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	c.note(ctx)
+	c.multi.Add(1)
+	return c.Client.DoMulti(ctx, cmds...)
 }
 
 func requireCountersWork(t *testing.T, c *storage.RedisCounters) {

@@ -28,7 +28,8 @@ import (
 // The leading byte also versions the stored form: a later encoding takes
 // another letter, and the scripts treat anything but 'P' as stored.
 //
-// Begin, Complete and Abandon are one script call each, one round trip.
+// Begin, Complete, Renew and Abandon are one script call each, one round
+// trip, bounded by RedisCallTimeout whatever the caller's deadline.
 type RedisIdempotency struct {
 	client     rueidis.Client
 	prefix     string
@@ -140,6 +141,8 @@ func (s *RedisIdempotency) Begin(ctx context.Context, scope, key string, bodyHas
 	rand.Read(claim[idemHeader:])
 	c := &redisClaim{s: s, key: s.key(scope, key), claim: string(claim[:])}
 
+	ctx, cancel := context.WithTimeout(ctx, RedisCallTimeout)
+	defer cancel()
 	msg, err := idemBegin.Exec(ctx, s.client, []string{c.key}, []string{c.claim, millis(s.lease)}).ToMessage()
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot begin idempotent request: %w", err)
@@ -183,6 +186,8 @@ func (c *redisClaim) Complete(ctx context.Context, r hotpath.Replay) error {
 	v[0] = idemStored
 	copy(v[1:], c.claim[1:idemHeader])
 	v = hotpath.AppendReplay(v, &r)
+	ctx, cancel := context.WithTimeout(ctx, RedisCallTimeout)
+	defer cancel()
 	n, err := idemComplete.Exec(ctx, c.s.client, []string{c.key},
 		[]string{c.claim, rueidis.BinaryString(v), millis(c.s.ttl)}).AsInt64()
 	if err != nil {
@@ -196,6 +201,8 @@ func (c *redisClaim) Complete(ctx context.Context, r hotpath.Replay) error {
 
 // Renew implements hotpath.Claim.
 func (c *redisClaim) Renew(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, RedisCallTimeout)
+	defer cancel()
 	n, err := idemRenew.Exec(ctx, c.s.client, []string{c.key}, []string{c.claim, millis(c.s.lease)}).AsInt64()
 	if err != nil {
 		return fmt.Errorf("cannot renew idempotency claim: %w", err)
@@ -208,6 +215,8 @@ func (c *redisClaim) Renew(ctx context.Context) error {
 
 // Abandon implements hotpath.Claim.
 func (c *redisClaim) Abandon(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, RedisCallTimeout)
+	defer cancel()
 	if err := idemAbandon.Exec(ctx, c.s.client, []string{c.key}, []string{c.claim}).Error(); err != nil {
 		return fmt.Errorf("cannot release idempotency claim: %w", err)
 	}

@@ -17,6 +17,16 @@ import (
 // announcement would otherwise leave it on a demoted primary.
 const sentinelRefresh = 5 * time.Second
 
+// RedisCallTimeout bounds every round trip the gateway makes to Redis while
+// it serves: a request's counters and replay record, and the background
+// renewals of leases and claims alike. Past it a call fails, and a request
+// runs unmetered or without replay. The calls share one client: when its
+// connection has died, the call that finds it so dials again and every
+// other call waits for that dial, so one call with a longer deadline would
+// hold them all that long on a Redis that accepts connections and answers
+// nothing.
+const RedisCallTimeout = 250 * time.Millisecond
+
 // OpenRedis connects to Redis and checks that it answers. Redis is
 // optional: a single process keeps its counters in memory.
 //
