@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgegw/gateway/codec"
 	"github.com/edgegw/gateway/hotpath"
 	"github.com/edgegw/gateway/hotpath/memory"
 	"github.com/edgegw/gateway/hotpath/meter"
@@ -176,6 +177,42 @@ func TestOrgWindowIsSharedAndTighterOneIsShown(t *testing.T) {
 	key, _, err := l.PeekWindows(context.Background(), time.Now(), &hotpath.Principal{KeyID: "key-1", OrgID: "org-1"})
 	require.NoError(t, err)
 	require.Equal(t, int64(9), key.Remaining)
+}
+
+// When the key's window and the organization's are both full, the headers
+// describe the one the request waits for: X-RateLimit-Reset is reset_at,
+// and a retry at it is served.
+func TestBothWindowsFullShowTheLaterReset(t *testing.T) {
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(func(p *meter.Plan) {
+		p.RequestsPerMinute, p.OrgRequestsPerMinute = 3, 5
+	}))
+	key := func(id string) *hotpath.Principal {
+		return &hotpath.Principal{KeyID: id, UserID: "user-" + id, OrgID: "org-1", Kind: hotpath.KindDeveloper,
+			SpendCapMicros: -1, CreditsMicros: -1, WorkspaceCapMicros: -1}
+	}
+	hit := func(p *hotpath.Principal, at time.Time) (meter.RateState, *codec.Error) {
+		st, metered, refusal := l.Hit(context.Background(), at, p, hotpath.RateRequests)
+		require.True(t, metered)
+		return st, refusal
+	}
+	t0 := time.Unix(1_800_000_000, 0)
+	_, refusal := hit(key("a"), t0.Add(-50*time.Second)) // opens the organization's window, ending at t0+10s
+	require.Nil(t, refusal)
+	for range 3 { // fills b's window, ending at t0+60s
+		_, refusal = hit(key("b"), t0)
+		require.Nil(t, refusal)
+	}
+	for _, id := range []string{"c", "c", "c", "d", "d"} { // the organization's next window, ending at t0+71s, full
+		_, refusal = hit(key(id), t0.Add(11*time.Second))
+		require.Nil(t, refusal)
+	}
+	st, refusal := hit(key("b"), t0.Add(15*time.Second))
+	require.NotNil(t, refusal)
+	require.Equal(t, t0.Add(71*time.Second).Unix(), refusal.Detail.ResetAt)
+	require.Equal(t, refusal.Detail.ResetAt, st.ResetAt, "X-RateLimit-Reset is the reset the request waits for")
+	require.Zero(t, st.Remaining)
+	_, refusal = hit(key("b"), time.Unix(st.ResetAt, 0))
+	require.Nil(t, refusal, "a retry at X-RateLimit-Reset is served")
 }
 
 func TestRateHeadersAbsentOnKeyCheckRefusals(t *testing.T) {

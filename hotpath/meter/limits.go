@@ -189,14 +189,20 @@ func (l *Limits) windows(p *hotpath.Principal, b hotpath.RateBucket, ws *[2]Wind
 	return ws[:2]
 }
 
+// tighter is the window the rate-limit headers describe: the one with the
+// fewest requests left and, between windows equally close to full, the one
+// that resets last. When both are full that is the one a refused request
+// waits for, so X-RateLimit-Reset is the refusal's reset_at.
 func tighter(out []WindowState) RateState {
 	s := out[0]
+	s.Remaining = max(s.Remaining, 0)
 	for _, o := range out[1:] {
-		if o.Remaining < s.Remaining {
+		o.Remaining = max(o.Remaining, 0)
+		if o.Remaining < s.Remaining || o.Remaining == s.Remaining && o.ResetAt > s.ResetAt {
 			s = o
 		}
 	}
-	return RateState{Limit: s.Limit, Remaining: max(s.Remaining, 0), ResetAt: s.ResetAt}
+	return RateState{Limit: s.Limit, Remaining: s.Remaining, ResetAt: s.ResetAt}
 }
 
 // Hit counts one request in the key's and the organization's windows. It
