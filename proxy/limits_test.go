@@ -444,6 +444,48 @@ func TestBudgetRefusalShape(t *testing.T) {
 	require.Contains(t, string(r.body), `"routed_tier":"mira"`)
 }
 
+// In the last 12 hours of a month both pools can refuse a request, and the
+// 12-hour pool may still refuse it after the month turns: its reset_at is
+// the later of the two, so a retry at reset_at is served.
+func TestPoolRefusalNearMonthEndWaitsForBothPools(t *testing.T) {
+	l := newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(func(p *meter.Plan) {
+		p.PoolMonthly, p.PoolBurst = 1000, 800
+	}))
+	p := uncapped()
+	p.KeyID, p.UserID, p.OrgID, p.Kind = "key-1", "user-1", "org-1", hotpath.KindSignedIn
+	tier := hotpath.Tier{Name: "kavi", PoolWeight: 1}
+	admit := func(at time.Time, tokens int64) *codec.Error {
+		var ch meter.Charge
+		l.FillCharge(&ch, &p, &tier, 0, tokens)
+		_, metered, refusal := l.AdmitChat(context.Background(), at, &p, &ch)
+		require.True(t, metered)
+		if refusal == nil {
+			l.FinishChat(&ch, true, 0, tokens)
+		}
+		return refusal
+	}
+	require.Nil(t, admit(time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC), 700))
+
+	at := time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC) // both pools refuse 400 more
+	refusal := admit(at, 400)
+	require.NotNil(t, refusal)
+	require.Equal(t, codec.CodeBudgetExhausted, refusal.Code)
+	reset := time.Unix(refusal.Detail.ResetAt, 0)
+	require.True(t, reset.After(meter.NextMonth(at)), "reset_at %v is when the 12-hour pool frees, after the month's", reset.UTC())
+	require.Equal(t, int(reset.Unix()-at.Unix()), refusal.Detail.RetryAfter)
+	require.NotNil(t, admit(reset.Add(-time.Second), 400), "retrying sooner fails the same way")
+	require.Nil(t, admit(reset, 400), "a retry at reset_at is served")
+
+	// Earlier in the month the monthly pool's reset is the later one.
+	l = newLimits(t, meter.NewMemoryCounters(meter.NoSeeder{}), testPlan(func(p *meter.Plan) {
+		p.PoolMonthly, p.PoolBurst = 1000, 800
+	}))
+	require.Nil(t, admit(time.Date(2026, 11, 10, 13, 0, 0, 0, time.UTC), 700))
+	refusal = admit(time.Date(2026, 11, 10, 23, 0, 0, 0, time.UTC), 400)
+	require.NotNil(t, refusal)
+	require.Equal(t, meter.NextMonth(at).Unix(), refusal.Detail.ResetAt)
+}
+
 func TestAutoDowngradesWhilePoolsAreLow(t *testing.T) {
 	c := meter.NewMemoryCounters(meter.NoSeeder{})
 	l := newLimits(t, c, testPlan(func(p *meter.Plan) { p.PoolBurst, p.LowPercent = 100_000, 20 }))

@@ -387,10 +387,25 @@ func (l *Limits) FillCharge(ch *Charge, p *hotpath.Principal, tier *hotpath.Tier
 	}
 }
 
-// refusal is the 429 for a spent budget: its code, reset_at and a
+// refusal is the 429 for budgets[i], spent: its code, reset_at and a
 // Retry-After counting down to it.
-func (l *Limits) refusal(ctx context.Context, now time.Time, b *Budget, p *hotpath.Principal) *codec.Error {
+//
+// The counters name the first budget that refuses, and the monthly pool
+// comes before the 12-hour pool. In a month's last 12 hours both may refuse,
+// and the 12-hour pool may go on refusing after the month turns: the
+// request waits for whichever frees later.
+func (l *Limits) refusal(ctx context.Context, now time.Time, budgets []Budget, amounts []int64, i int, p *hotpath.Principal) *codec.Error {
+	b := &budgets[i]
 	reset := l.resetAt(ctx, now, b)
+	if b.Kind == BudgetPoolMonthly {
+		for j := i + 1; j < len(budgets); j++ {
+			if budgets[j].Kind == BudgetPoolBurst {
+				if r, refuses := l.refuses(ctx, now, &budgets[j], amounts[j]); refuses && r > reset {
+					b, reset = &budgets[j], r
+				}
+			}
+		}
+	}
 	e := &codec.Error{Detail: codec.Detail{ResetAt: reset, RetryAfter: retryAfter(now, reset)}}
 	switch b.Kind {
 	case BudgetKeySpend:
@@ -424,6 +439,22 @@ func budgetLabel(k BudgetKind) string {
 		return "12-hour token pool"
 	}
 	return "monthly mira request allowance"
+}
+
+// refuses says whether b would refuse amount more now, and when it next
+// goes down.
+func (l *Limits) refuses(ctx context.Context, now time.Time, b *Budget, amount int64) (resetAt int64, refuses bool) {
+	if b.Cap < 0 {
+		return 0, false
+	}
+	var st [1]BudgetState
+	if err := l.c.Usage(ctx, now, []Budget{*b}, st[:]); err != nil || st[0].Used <= b.Cap && amount <= b.Cap-st[0].Used {
+		return 0, false
+	}
+	if st[0].ResetAt == 0 {
+		return now.Add(BurstSlot).Unix(), true
+	}
+	return st[0].ResetAt, true
 }
 
 func (l *Limits) resetAt(ctx context.Context, now time.Time, b *Budget) int64 {
@@ -514,7 +545,7 @@ func (l *Limits) AdmitChat(ctx context.Context, now time.Time, p *hotpath.Princi
 	case AdmitConcurrency:
 		return st, true, errConcurrency
 	case AdmitBudget:
-		return st, true, l.refusal(ctx, now, &ch.Budgets[res.Budget], p)
+		return st, true, l.refusal(ctx, now, a.Budgets, a.Amounts, res.Budget, p)
 	}
 	ch.lease, ch.admitted = res.Lease, true
 	return st, true, nil
@@ -560,7 +591,7 @@ func (l *Limits) ExtendChat(ctx context.Context, now time.Time, p *hotpath.Princ
 		return nil
 	}
 	if res.Refused == AdmitBudget {
-		return l.refusal(ctx, now, &a.Budgets[res.Budget], p)
+		return l.refusal(ctx, now, a.Budgets, a.Amounts, res.Budget, p)
 	}
 	return nil
 }
@@ -680,7 +711,7 @@ func (l *Limits) AdmitAux(ctx context.Context, now time.Time, p *hotpath.Princip
 	case AdmitWindow:
 		return st, true, l.windowRefusal(now, out[:len(a.Windows)], st)
 	case AdmitBudget:
-		return st, true, l.refusal(ctx, now, &ch.Budgets[res.Budget], p)
+		return st, true, l.refusal(ctx, now, a.Budgets, a.Amounts, res.Budget, p)
 	}
 	ch.lease, ch.admitted = Lease{}, true
 	return st, true, nil
