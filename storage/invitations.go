@@ -110,6 +110,7 @@ func actorManages(ctx context.Context, tx pgx.Tx, orgID, actorID string) error {
 // address is returned unchanged (and no second message is queued); a lapsed
 // one is marked lapsed and replaced by a fresh window. Concurrent invites
 // of one address serialise on a transaction lock and yield one invitation.
+// The window ends on a whole second, the one the API shows.
 func (db *DB) Invite(ctx context.Context, n NewInvitation, compose func(MailFacts) Mail) (Invitation, error) {
 	var email, userID *string
 	address := ""
@@ -163,7 +164,7 @@ func (db *DB) Invite(ctx context.Context, n NewInvitation, compose func(MailFact
 			return err
 		}
 		inv, err = scanInvitation(tx.QueryRow(ctx, `insert into invitations as i (org_id, email, user_id, role, invited_by, expires_at)
-			values ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
+			values ($1, $2, $3, $4, $5, date_trunc('second', now()) + make_interval(secs => $6))
 			returning `+invitationColumns, n.OrgID, email, userID, string(n.Role), n.InviterID, InvitationWindow.Seconds()), now)
 		if err != nil {
 			return err

@@ -296,6 +296,10 @@ func TestInvitations(t *testing.T) {
 		expires, err := time.Parse(time.RFC3339, known.body["expires_at"].(string))
 		require.NoError(t, err)
 		require.InDelta(t, (14 * 24 * time.Hour).Seconds(), expires.Sub(created).Seconds(), 1)
+		var stored time.Time
+		require.NoError(t, ta.db.Pool.QueryRow(context.Background(), `select expires_at from invitations where id = $1`,
+			known.body["id"]).Scan(&stored))
+		require.True(t, stored.Equal(expires), "it lapses at the second it shows: stored %v, shown %v", stored, expires)
 	})
 	t.Run("members conflict", func(t *testing.T) {
 		requireError(t, owner.do(t, "POST", "/api/v1/org/invitations", map[string]any{"email": "MEMBER@inv.test"}), 409, "org_member_exists")
