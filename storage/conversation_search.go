@@ -74,6 +74,7 @@ func (db *DB) SearchMessages(ctx context.Context, userID, orgID, q, source strin
 				and m.user_id = $1 and m.search @@ query.q
 				and c.user_id = $1 and c.org_id = $2 and c.source = $4
 				and (c.vault_id is null or coalesce(g.can_read, false))
+				and c.retention_until > now()
 			order by rank desc, m.created_at desc, m.id
 			limit $5
 		),

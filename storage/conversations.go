@@ -120,10 +120,13 @@ const convCanWrite = `(c.vault_id is null or coalesce(g.can_write, false))`
 
 // convVisible is the FROM and WHERE of every read: the conversations of
 // author $1 in organization $2 that are not held in a vault the author can
-// no longer read.
+// no longer read and whose retention deadline has not passed. Past its
+// deadline a conversation is deleted for the API at once, though the
+// retention job removes its rows only at its next run.
 const convVisible = ` from conversations c
 	left join vault_grants g on g.vault_id = c.vault_id and g.user_id = c.user_id and g.org_id = c.org_id
-	where c.user_id = $1 and c.org_id = $2 and (c.vault_id is null or coalesce(g.can_read, false))`
+	where c.user_id = $1 and c.org_id = $2 and (c.vault_id is null or coalesce(g.can_read, false))
+		and c.retention_until > now()`
 
 func scanConversation(row pgx.Row, withPermission bool) (Conversation, error) {
 	var c Conversation

@@ -236,6 +236,43 @@ func TestConversationRetentionDeletesExpired(t *testing.T) {
 	require.Zero(t, deleted)
 }
 
+// Past its deadline a conversation is deleted for the API at once: not
+// read, listed, searched or written, and an append does not bring it back,
+// though the job has not run yet.
+func TestConversationPastItsDeadlineIsGone(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.DB(t)
+	a := convSeed(t, db, "ada@example.com")
+	c := convCreate(t, db, a)
+	convAppend(t, db, a, c.ID, storage.NewMessage{Content: "lapsed words"})
+	live := convCreate(t, db, a)
+	convAppend(t, db, a, live.ID, storage.NewMessage{Content: "lapsed words too"})
+	_, err := db.Pool.Exec(ctx, `update conversations set retention_until = now() - interval '1 second' where id = $1`, c.ID)
+	require.NoError(t, err)
+
+	_, err = db.GetConversation(ctx, a.userID, a.orgID, c.ID)
+	require.ErrorIs(t, err, storage.ErrNotFound)
+	_, err = db.ReadConversation(ctx, a.userID, a.orgID, c.ID, storage.MessagePageRequest{Limit: 10})
+	require.ErrorIs(t, err, storage.ErrNotFound)
+	list, _, err := db.ListConversations(ctx, a.userID, a.orgID, storage.ConversationFilter{Source: "chat"}, nil, 10)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, live.ID, list[0].ID)
+	hits, err := db.SearchMessages(ctx, a.userID, a.orgID, "lapsed", "chat", 10)
+	require.NoError(t, err)
+	require.Len(t, hits, 1)
+	require.Equal(t, live.ID, hits[0].ConversationID)
+	_, _, err = db.AppendMessage(ctx, a.userID, a.orgID, c.ID, storage.NewMessage{Role: "user", Status: "complete", Content: "again"}, nil, convRender)
+	require.ErrorIs(t, err, storage.ErrNotFound)
+	_, err = db.UpdateConversation(ctx, a.userID, a.orgID, c.ID, storage.ConversationPatch{SetModel: true})
+	require.ErrorIs(t, err, storage.ErrNotFound)
+	require.ErrorIs(t, db.SetConversationArchived(ctx, a.userID, a.orgID, c.ID, true), storage.ErrNotFound)
+
+	deleted, _, err := db.DeleteExpiredConversations(ctx, time.Now(), 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, deleted, "the job still deletes its rows")
+}
+
 func TestConversationRetentionRunsInOneProcessAtATime(t *testing.T) {
 	storetest.EachDB(t, testConversationRetentionRunsInOneProcessAtATime)
 }
