@@ -1096,7 +1096,10 @@ func (t *turn) exchange(client *fasthttp.HostClient, req *fasthttp.Request, resp
 		if v.failed {
 			br.FailureOf(requestKey(req))
 		}
-		if !closed {
+		if v.outcome == attemptRetry && !closed {
+			// It would have been tried again, but the tier is now
+			// refused. A final answer (a deadline that passed, above
+			// all) stays this request's own.
 			return unavailableFor(br.RetryAfter())
 		}
 		return t.retryAfter(v.err, v.wait)

@@ -322,6 +322,40 @@ func TestStreamSlotFreeBeforeLastByte(t *testing.T) {
 	})
 }
 
+// Requests already waiting on a hung upstream when their fellows open the
+// breaker still reached their own deadline: each is 504 upstream_timeout,
+// streaming or not, never the 503 a request refused by the open breaker
+// gets.
+func TestDeadlinesPassedWhileTheBreakerOpensAre504(t *testing.T) {
+	f := newChatFixture(t, productionBreaker, func(o *fixtureOptions) {
+		o.tiers = func(ts []hotpath.Tier) {
+			for i := range ts {
+				ts[i].Deadline = 300 * time.Millisecond
+			}
+		}
+		o.upstream = func(c *UpstreamConfig) { c.StreamIdle = 300 * time.Millisecond }
+	})
+	for _, stream := range []bool{false, true} {
+		const n = 12 // past the breaker's five distinct failing requests
+		statuses := make(chan string, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				r := f.post(t, "/v1/chat/completions", `{"model":"mira","stream":`+strconv.FormatBool(stream)+
+					`,"messages":[{"role":"user","content":"`+strconv.Itoa(i)+` [[sim:fault=hang]]"}]}`)
+				statuses <- strconv.Itoa(r.status) + " " + map[bool]string{true: "upstream_timeout", false: "other"}[strings.Contains(string(r.body), "upstream_timeout")]
+			})
+		}
+		wg.Wait()
+		close(statuses)
+		for s := range statuses {
+			require.Equal(t, "504 upstream_timeout", s, "stream %v", stream)
+		}
+		require.Equal(t, hotpath.BreakerOpen, f.chat.upstreamFor("mira").Breaker.State(), "the timeouts opened it")
+		f.chat.upstreamFor("mira").Breaker.Success() // closed again for the next round
+	}
+}
+
 func TestNonStreamDeadline(t *testing.T) {
 	f := newChatFixture(t, func(o *fixtureOptions) {
 		o.tiers = func(ts []hotpath.Tier) {
