@@ -301,6 +301,12 @@ func (t *turn) end(conn net.Conn, resp *fasthttp.Response, status int, cerr *cod
 		if complete && owned {
 			drainUpstream(resp.BodyStream())
 		}
+		if !complete {
+			// Never pooled, whatever its body's reader last saw: a
+			// departure closed it, or it stopped mid-body. An in-memory
+			// connection closed here reads as a clean end of the body.
+			resp.SetConnectionClose()
+		}
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
 	}

@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -75,5 +79,52 @@ func TestSimServes(t *testing.T) {
 		require.Equal(t, 0, c)
 	case <-time.After(15 * time.Second):
 		t.Fatal("the simulator did not stop")
+	}
+}
+
+// Streams whose clients left while the embedded simulator was still
+// silent leave no dead connection in its pool: a connection closed in
+// memory reads as a clean end of the body, and was pooled as one. The
+// requests after them were answered 503 model_unavailable.
+func TestLeftQuietStreamsLeaveNoDeadSimulatorConnection(t *testing.T) {
+	ta := startTestApp(t)
+	tn := newTenant(t, ta.dbURL, "leaver@example.com")
+	stream := func(content string) string {
+		b, err := json.Marshal(map[string]any{"model": "mira", "stream": true,
+			"messages": []map[string]string{{"role": "user", "content": content}}})
+		require.NoError(t, err)
+		return "POST /api/v1/chat HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + tn.key +
+			"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + string(b)
+	}
+	var leavers sync.WaitGroup
+	for i := range 8 {
+		leavers.Go(func() {
+			c, err := net.Dial("tcp", ta.Addr())
+			if !assert.NoError(t, err) {
+				return
+			}
+			defer c.Close()
+			_, err = io.WriteString(c, stream("leave "+strconv.Itoa(i)+" [[sim:tokens=50]] [[sim:ttft_ms=1500]]"))
+			assert.NoError(t, err)
+			r, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if assert.NoError(t, err) {
+				assert.Equal(t, http.StatusOK, r.StatusCode)
+			}
+		}) // and leaves before the first token
+	}
+	leavers.Wait()
+	require.Eventually(t, func() bool {
+		m, err := http.Get("http://" + ta.adminLn.Addr().String() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer m.Body.Close()
+		page, err := io.ReadAll(m.Body)
+		return err == nil && strings.Contains(string(page), "\ngateway_chat_open_streams 0\n")
+	}, 5*time.Second, 10*time.Millisecond, "the departures were seen")
+	for i := range 20 {
+		r := ta.call(t, "POST", "/api/v1/chat", tn.key, map[string]any{"model": "mira", "stream": true,
+			"messages": []map[string]string{{"role": "user", "content": "after " + strconv.Itoa(i) + " [[sim:tokens=3]]"}}})
+		require.Equal(t, http.StatusOK, r.status, "request %d: %s", i, r.raw)
 	}
 }
