@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,6 +31,14 @@ type AcceptRetrier struct {
 	log *slog.Logger
 	// Retries counts accepts that failed for lack of resources.
 	Retries atomic.Uint64
+
+	// unused are the connections that have sent nothing yet. The server
+	// counts a connection busy from its accept, so its shutdown would wait
+	// for one that never writes until the read timeout; CloseUnused
+	// closes them.
+	mu       sync.Mutex
+	unused   map[*edgeConn]struct{}
+	stopping bool
 }
 
 // Accept waits for the next connection.
@@ -38,7 +47,22 @@ func (l *AcceptRetrier) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			return &edgeConn{Conn: c, head: true, inLine: true}, nil
+			ec := &edgeConn{Conn: c, head: true, inLine: true}
+			ec.owner.Store(l)
+			l.mu.Lock()
+			stopping := l.stopping
+			if !stopping {
+				if l.unused == nil {
+					l.unused = map[*edgeConn]struct{}{}
+				}
+				l.unused[ec] = struct{}{}
+			}
+			l.mu.Unlock()
+			if stopping {
+				_ = c.Close()
+				continue
+			}
+			return ec, nil
 		}
 		if !exhausted(err) {
 			return c, err
@@ -50,6 +74,29 @@ func (l *AcceptRetrier) Accept() (net.Conn, error) {
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// CloseUnused closes every connection that has sent nothing yet, and from
+// then on each one accepted at once: call it when shutdown begins, after
+// the grace, so that a client that connected and never wrote does not hold
+// the shutdown until the read timeout. A connection idle between requests
+// is the server's to close; one that sent part of a request is served.
+func (l *AcceptRetrier) CloseUnused() {
+	l.mu.Lock()
+	l.stopping = true
+	unused := l.unused
+	l.unused = nil
+	l.mu.Unlock()
+	for c := range unused {
+		_ = c.Conn.Close()
+	}
+}
+
+// used forgets c as unused: its first byte arrived, or it closed.
+func (l *AcceptRetrier) used(c *edgeConn) {
+	l.mu.Lock()
+	delete(l.unused, c)
+	l.mu.Unlock()
 }
 
 // exhausted reports an accept error that passes when resources free up.
@@ -82,6 +129,9 @@ type edgeConn struct {
 	lineLen  int  // bytes kept in line
 	line     [requestLineKept]byte
 	linger   bool // Close drains what the client still sends (lingerOnClose)
+	// owner is the listener that counts the connection unused, until its
+	// first byte.
+	owner atomic.Pointer[AcceptRetrier]
 }
 
 // requestLineKept is how much of a request line a connection keeps: the
@@ -91,6 +141,11 @@ const requestLineKept = 128
 func (c *edgeConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
+		if !c.started && c.owner.Load() != nil {
+			if l := c.owner.Swap(nil); l != nil {
+				l.used(c)
+			}
+		}
 		c.started = true
 		if c.head && !c.scan(p[:n]) {
 			return 0, errBareLF
@@ -200,6 +255,9 @@ func (c *edgeConn) lingerOnClose() { c.linger = true }
 
 // Close closes the connection, lingering when lingerOnClose asked.
 func (c *edgeConn) Close() error {
+	if l := c.owner.Swap(nil); l != nil {
+		l.used(c)
+	}
 	if c.linger {
 		c.linger = false
 		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {

@@ -310,6 +310,7 @@ type app struct {
 	api      *control.API
 	server   *proxy.Server
 	ln       net.Listener
+	accept   *proxy.AcceptRetrier // ln, as the server accepts from it
 	admin    *http.Server
 	adminLn  net.Listener
 	sim      *sim.Server
@@ -603,6 +604,7 @@ func startApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, err
 	// Running out of descriptors under overload pauses accepting; it must
 	// never end it.
 	accept := proxy.KeepAccepting(a.ln, log)
+	a.accept = accept
 	set.NewGauge(`gateway_accept_retries_total`, func() float64 { return float64(accept.Retries.Load()) })
 	a.warming.Wait()
 	go func() {
@@ -690,6 +692,11 @@ func (a *app) stop() {
 		a.edge.StopServing()
 		if a.chat != nil {
 			a.chat.StopKeepAlive() // streams that end now close their connections
+		}
+		// A connection that has sent nothing has nothing to answer; the
+		// server would wait for it until the read timeout.
+		if a.accept != nil {
+			a.accept.CloseUnused()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 		if err := a.server.ShutdownWithContext(ctx); err != nil {
