@@ -288,6 +288,11 @@ func (r *EvalRunner) turn(it *storage.EvalItem, p *hotpath.Principal, body []byt
 			return res, false
 		}
 		res = r.Chat.Complete(p, body, id, route)
+		if res.Err != nil && res.Err.Code == codec.CodeServerShuttingDown {
+			// This process cut the call as it shut down: not the case's
+			// result. Its lease brings it to another process.
+			return res, false
+		}
 		out.InputTokens += res.InputTokens
 		out.OutputTokens += res.OutputTokens
 		out.CostPico += res.CostPico

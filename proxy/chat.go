@@ -508,6 +508,17 @@ func (ch *Chat) StartDrain() { ch.draining.Store(true) }
 // edge's StopServing, before the server stops.
 func (ch *Chat) StopKeepAlive() { ch.closing.Store(true) }
 
+// Cut cuts every upstream (Upstream.Cut): each request and stream still
+// waiting on one ends at once with server_shutting_down, its client told
+// (a stream ends with its wire's failure ending) and its ledger row
+// written. Shutdown calls it when its bound has passed; Drain then waits
+// for the streams.
+func (ch *Chat) Cut() {
+	for _, up := range ch.cfg.Upstreams {
+		up.Cut()
+	}
+}
+
 // Close stops the departure watcher. Call it once streams have drained.
 func (ch *Chat) Close() { ch.watch.close() }
 
@@ -856,6 +867,10 @@ var (
 	errStreamStalled     = codec.NewError(codec.CodeUpstreamTimeout, "The model stopped sending before the reply was complete.")
 	errStreamBroken      = &codec.Error{Code: codec.CodeUpstreamOverloaded, Message: "The model's stream ended before the reply was complete.",
 		Detail: codec.Detail{RetryAfter: defaultRetryAfter}}
+	// errCut ends what still ran when shutdown's bound passed (Upstream.Cut).
+	errCut = &codec.Error{Code: codec.CodeServerShuttingDown,
+		Message: "The gateway shut down before the reply was complete; send the request again.",
+		Detail:  codec.Detail{RetryAfter: defaultRetryAfter}}
 )
 
 // maxIdempotencyKey bounds the Idempotency-Key header.
@@ -1076,6 +1091,11 @@ func (t *turn) exchange(client *fasthttp.HostClient, req *fasthttp.Request, resp
 		v := t.classify(resp, err)
 		if sp != nil {
 			endUpstream(sp, resp, err, v)
+		}
+		if v.outcome != attemptOK && up.cut() {
+			// Shutdown cut it: not the tier's failure, and not retried.
+			_ = resp.CloseBodyStream()
+			return errCut
 		}
 		if v.outcome == attemptOK {
 			if judge {

@@ -190,6 +190,22 @@ func (s *Server) ShutdownWithContext(ctx context.Context) error {
 	return err
 }
 
+// WaitIdle waits, within ctx, until neither server holds a connection: the
+// requests a shutdown that timed out left running have been answered. It
+// reports whether they all were.
+func (s *Server) WaitIdle(ctx context.Context) bool {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for s.accepted.GetOpenConnectionsCount()+s.kept.GetOpenConnectionsCount() > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
+}
+
 // parkedListener accepts no connection; Accept waits until it is closed.
 type parkedListener struct {
 	accepting, closed chan struct{}

@@ -474,6 +474,8 @@ func (t *turn) pump(w *clientWriter, resp *fasthttp.Response) (complete bool) {
 			case errors.Is(rerr, io.EOF) && st.finish != "":
 				// Some servers end a complete stream without [DONE].
 				st.done = true
+			case t.up.cut():
+				st.failure = errCut // shutdown's bound passed
 			case isTimeout(rerr):
 				st.failure = errStreamStalled
 			default:

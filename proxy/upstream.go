@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -128,7 +130,70 @@ type Upstream struct {
 	stream  *fasthttp.HostClient // streamed responses, with a read-idle bound
 	Breaker *hotpath.Breaker
 	meter   tierMeter // registered by NewChat
+	live    liveConns // both pools' open connections, for Cut
 }
+
+// liveConns are an upstream's open connections, so that Cut can end the
+// exchanges still running when shutdown's bound has passed.
+type liveConns struct {
+	mu  sync.Mutex
+	set map[*liveConn]struct{}
+	cut atomic.Bool // no connection is dialled any more
+}
+
+// liveConn is a connection liveConns holds until it closes. Its local
+// address is its inner connection's (an idleConn's is the idleConn).
+type liveConn struct {
+	net.Conn
+	live *liveConns
+}
+
+func (c *liveConn) Close() error {
+	c.live.mu.Lock()
+	delete(c.live.set, c)
+	c.live.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// errUpstreamCut refuses a dial after Cut.
+var errUpstreamCut = errors.New("the gateway is shutting down")
+
+func (l *liveConns) track(c net.Conn) (net.Conn, error) {
+	lc := &liveConn{Conn: c, live: l}
+	l.mu.Lock()
+	if l.cut.Load() {
+		l.mu.Unlock()
+		_ = c.Close()
+		return nil, errUpstreamCut
+	}
+	if l.set == nil {
+		l.set = map[*liveConn]struct{}{}
+	}
+	l.set[lc] = struct{}{}
+	l.mu.Unlock()
+	return lc, nil
+}
+
+// Cut ends every exchange with the upstream that is still running, and
+// every one after: its connections close, none is dialled again, and an
+// attempt that fails from now on answers server_shutting_down without a
+// retry (a stream, with its wire's failure ending). Shutdown calls it once
+// its bound has passed, so that what still runs ends answered and logged
+// instead of vanishing with the process.
+func (up *Upstream) Cut() {
+	l := &up.live
+	l.mu.Lock()
+	l.cut.Store(true)
+	conns := l.set
+	l.set = nil
+	l.mu.Unlock()
+	for c := range conns {
+		_ = c.Conn.Close()
+	}
+}
+
+// cut reports whether Cut was called.
+func (up *Upstream) cut() bool { return up.live.cut.Load() }
 
 // tierMeter counts a tier's tokens and money, and the requests its
 // upstream refused as malformed, registered once.
@@ -189,14 +254,18 @@ func NewUpstream(tier *hotpath.Tier, cfg UpstreamConfig, breaker *hotpath.Breake
 			RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 			Transport:                     cfg.Transport,
 		}
-		if idle > 0 {
-			hc.Dial = func(a string) (net.Conn, error) {
-				c, err := dial(a)
-				if err != nil {
-					return nil, err
-				}
-				return &idleConn{Conn: c, idle: idle}, nil
+		hc.Dial = func(a string) (net.Conn, error) {
+			if up.cut() {
+				return nil, errUpstreamCut
 			}
+			c, err := dial(a)
+			if err != nil {
+				return nil, err
+			}
+			if idle > 0 {
+				c = &idleConn{Conn: c, idle: idle}
+			}
+			return up.live.track(c)
 		}
 		return hc
 	}

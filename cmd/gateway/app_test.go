@@ -99,6 +99,21 @@ func do(t *testing.T, req *http.Request) resp {
 	return out
 }
 
+// metricsPage reads the admin listener's /metrics; "" when it cannot.
+func (ta *testApp) metricsPage(t *testing.T) string {
+	t.Helper()
+	m, err := http.Get("http://" + ta.adminLn.Addr().String() + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer m.Body.Close()
+	page, err := io.ReadAll(m.Body)
+	if err != nil {
+		return ""
+	}
+	return string(page)
+}
+
 func (ta *testApp) call(t *testing.T, method, path, key string, body any, headers ...string) resp {
 	t.Helper()
 	return call(t, ta.Addr(), method, path, key, body, headers...)

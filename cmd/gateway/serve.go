@@ -117,7 +117,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "on shutdown (SIGTERM), the grace during which /api/ready answers 503 while requests are still served, each answer closing its connection, before the listener closes; set it above the load balancer's readiness check interval")
 	fs.BoolVar(&c.StatusProbes, "status-probes", true, "take part in probing the components of /api/status (one process of the fleet probes at a time, under a PostgreSQL advisory lock; every process reports its breakers); false only serves the document")
 	fs.DurationVar(&c.StatusReadEvery, "status-read-interval", time.Second, "how long one read of the stored measurements serves GET /api/status, so a public route polled hard costs PostgreSQL at most one read per interval and process; verdicts and ages are still computed per request; 0 reads on every request")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for requests and streams in flight before it cuts their upstream calls")
 	fs.DurationVar(&c.SimTTFT, "sim-ttft", 0, "time to first token of the in-process simulator (tiers on provider sim)")
 	fs.DurationVar(&c.SimITL, "sim-itl", 0, "time between tokens of the in-process simulator")
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key replay is kept")
@@ -653,6 +653,11 @@ func (a *app) closeListeners() {
 // does nothing.
 func (a *app) shutdown() { a.stopOnce.Do(a.stop) }
 
+// cutWait bounds how long shutdown waits, once --shutdown-timeout has
+// passed and the upstream calls still running were cut, for their requests
+// and streams to answer and log their rows.
+const cutWait = 5 * time.Second
+
 func (a *app) stop() {
 	if a.stopStatus != nil {
 		// Give the probing lead up first, so another process takes it
@@ -699,18 +704,32 @@ func (a *app) stop() {
 			a.accept.CloseUnused()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+		served := true
 		if err := a.server.ShutdownWithContext(ctx); err != nil {
 			a.log.Warn("requests still in flight at shutdown", "err", err)
+			served = false
 		}
 		// Streams own their connections: the server's shutdown does not
 		// wait for them, so wait here, within the same bound.
-		if a.chat != nil {
-			if !a.chat.Drain(ctx) {
-				a.log.Warn("streams still open at shutdown")
-			}
-			a.chat.Close()
+		if a.chat != nil && !a.chat.Drain(ctx) {
+			a.log.Warn("streams still open at shutdown")
+			served = false
 		}
 		cancel()
+		if !served && a.chat != nil {
+			// What still waits on an upstream is cut, and ends now:
+			// answered server_shutting_down (a stream with its wire's
+			// failure ending), its ledger row written below.
+			a.chat.Cut()
+			ctx, cancel := context.WithTimeout(context.Background(), cutWait)
+			if !a.server.WaitIdle(ctx) || !a.chat.Drain(ctx) {
+				a.log.Warn("requests still running after the upstream calls were cut")
+			}
+			cancel()
+		}
+		if a.chat != nil {
+			a.chat.Close()
+		}
 	}
 	a.stopEvals()
 	if a.admin != nil {

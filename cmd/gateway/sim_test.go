@@ -113,15 +113,8 @@ func TestLeftQuietStreamsLeaveNoDeadSimulatorConnection(t *testing.T) {
 		}) // and leaves before the first token
 	}
 	leavers.Wait()
-	require.Eventually(t, func() bool {
-		m, err := http.Get("http://" + ta.adminLn.Addr().String() + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer m.Body.Close()
-		page, err := io.ReadAll(m.Body)
-		return err == nil && strings.Contains(string(page), "\ngateway_chat_open_streams 0\n")
-	}, 5*time.Second, 10*time.Millisecond, "the departures were seen")
+	require.Eventually(t, func() bool { return strings.Contains(ta.metricsPage(t), "\ngateway_chat_open_streams 0\n") },
+		5*time.Second, 10*time.Millisecond, "the departures were seen")
 	for i := range 20 {
 		r := ta.call(t, "POST", "/api/v1/chat", tn.key, map[string]any{"model": "mira", "stream": true,
 			"messages": []map[string]string{{"role": "user", "content": "after " + strconv.Itoa(i) + " [[sim:tokens=3]]"}}})
