@@ -6,13 +6,17 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgegw/gateway/bench/sim"
 	"github.com/edgegw/gateway/hotpath/logtest"
 	"github.com/edgegw/gateway/storage"
 	"github.com/edgegw/gateway/storage/storetest"
@@ -97,6 +101,22 @@ func do(t *testing.T, req *http.Request) resp {
 		require.NoError(t, json.Unmarshal(out.raw, &out.body), "body %s", out.raw)
 	}
 	return out
+}
+
+// simnetConfig runs a simulator of the test's own on a TCP port, reached as
+// a real upstream is, and writes a config file whose provider "simnet" is
+// that simulator, followed by rest (the tiers and anything else). It
+// returns the file's path.
+func simnetConfig(t *testing.T, rest string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := sim.New(sim.Config{})
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Shutdown)
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("providers:\n  simnet:\n    base_url: http://"+ln.Addr().String()+"/v1\n"+rest), 0o600))
+	return path
 }
 
 // metricsPage reads the admin listener's /metrics; "" when it cannot.

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,8 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-
-	"github.com/edgegw/gateway/bench/sim"
 )
 
 // A client that connected and never wrote does not hold the shutdown: it
@@ -50,21 +47,12 @@ func TestShutdownDoesNotWaitForConnectionsThatSentNothing(t *testing.T) {
 // embedded simulator ends them anyway when it shuts down; this runs one of
 // its own, as a real upstream would be.
 func TestShutdownCutsWhatOutlivesItsTimeout(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	s := sim.New(sim.Config{})
-	go func() { _ = s.Serve(ln) }()
-	t.Cleanup(s.Shutdown)
-	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
-	require.NoError(t, os.WriteFile(cfgPath, []byte(`
-providers:
-  simnet:
-    base_url: http://`+ln.Addr().String()+`/v1
+	cfgPath := simnetConfig(t, `
 tiers:
   kavi:  {provider: simnet, upstream_model: sim-large, reasons: true}
   vaani: {provider: simnet, upstream_model: sim-medium, reasons: true}
   mira:  {provider: simnet, upstream_model: sim-small, reasons: false}
-`), 0o600))
+`)
 	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath, c.ShutdownTimeout = cfgPath, time.Second })
 	tn := newTenant(t, ta.dbURL, "cut@example.com")
 

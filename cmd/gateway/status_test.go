@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/edgegw/gateway/bench/sim"
 )
 
 // fakeClock is the status document's injected clock.
@@ -36,17 +33,7 @@ func rows(t *testing.T, r resp) map[string]map[string]any {
 // injected clock, so staleness and the "latest two failed" rule are driven
 // step by step.
 func TestStatusDocumentAgainstSimulator(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	s := sim.New(sim.Config{})
-	go func() { _ = s.Serve(ln) }()
-	t.Cleanup(s.Shutdown)
-
-	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
-	require.NoError(t, os.WriteFile(cfgPath, []byte(`
-providers:
-  simnet:
-    base_url: http://`+ln.Addr().String()+`/v1
+	cfgPath := simnetConfig(t, `
 tiers:
   kavi:  {provider: simnet, upstream_model: sim-large}
   vaani: {provider: simnet, upstream_model: sim-medium}
@@ -59,7 +46,7 @@ status:
     gw-embed:  {enabled: false}
     gw-rerank: {enabled: false}
     gw-guard:  {enabled: false}
-`), 0o600))
+`)
 	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = cfgPath; c.StatusProbes = false; c.StatusReadEvery = 0 })
 	clk := &fakeClock{}
 	clk.ns.Store(time.Now().UnixNano())
@@ -132,17 +119,7 @@ status:
 // a breaker. The probes are counted in gateway_status_probes_total only:
 // no ledger row, no breaker failure.
 func TestStatusProbesAuxTiersAgainstSimulator(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	s := sim.New(sim.Config{})
-	go func() { _ = s.Serve(ln) }()
-	t.Cleanup(s.Shutdown)
-
-	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
-	require.NoError(t, os.WriteFile(cfgPath, []byte(`
-providers:
-  simnet:
-    base_url: http://`+ln.Addr().String()+`/v1
+	cfgPath := simnetConfig(t, `
 aux_tiers:
   gw-embed:  {provider: simnet, upstream_model: sim-embed}
   gw-rerank: {provider: simnet, upstream_model: sim-rerank}
@@ -155,7 +132,7 @@ status:
     gw-embed:  {interval: 10s}
     gw-rerank: {interval: 10s, prompt: "ping [[sim:ttft_ms=300]]", latency_slow_above_ms: 100, latency_degrade_above_ms: 60000}
     gw-guard:  {interval: 10s, timeout: 5s, prompt: "ping [[sim:status=500]]"}
-`), 0o600))
+`)
 	ta := startTestApp(t, func(c *serveConfig) { c.ConfigPath = cfgPath; c.StatusProbes = false; c.StatusReadEvery = 0 })
 	clk := &fakeClock{}
 	clk.ns.Store(time.Now().UnixNano())
@@ -166,7 +143,7 @@ status:
 	require.Equal(t, 503, r.status, "no model component measured yet")
 	require.Equal(t, "never_measured", rows(t, r)["gw-embed"]["reason"])
 
-	_, err = ta.status.RunOnce(ctx)
+	_, err := ta.status.RunOnce(ctx)
 	require.NoError(t, err)
 	r = ta.call(t, "GET", "/api/status", "", nil)
 	require.Equal(t, 200, r.status, "%s", r.raw)
