@@ -513,20 +513,30 @@ func (p *faultProxy) hangUp() {
 	p.conns = nil
 }
 
-// Every call on a Redis that is gone, silent or closed fails promptly
-// with meter.ErrCountersUnavailable.
-func TestRedisCountersUnavailable(t *testing.T) {
+// throughFaultProxy returns a client of REDIS_URL's server that reaches it
+// through a fault proxy, with edit applied to its options.
+func throughFaultProxy(t *testing.T, edit func(*rueidis.ClientOption)) (*faultProxy, rueidis.Client) {
+	t.Helper()
 	opt, err := rueidis.ParseURL(storetest.RedisURL(t))
 	require.NoError(t, err)
 	require.Len(t, opt.InitAddress, 1)
+	p := startFaultProxy(t, opt.InitAddress[0])
+	opt.InitAddress = []string{p.ln.Addr().String()}
+	opt.DisableCache = true
+	if edit != nil {
+		edit(&opt)
+	}
+	client, err := rueidis.NewClient(opt)
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	return p, client
+}
+
+// Every call on a Redis that is gone, silent or closed fails promptly
+// with meter.ErrCountersUnavailable.
+func TestRedisCountersUnavailable(t *testing.T) {
 	through := func(t *testing.T) (*faultProxy, *storage.RedisCounters) {
-		p := startFaultProxy(t, opt.InitAddress[0])
-		o := opt
-		o.InitAddress = []string{p.ln.Addr().String()}
-		o.DisableCache = true
-		client, err := rueidis.NewClient(o)
-		require.NoError(t, err)
-		t.Cleanup(client.Close)
+		p, client := throughFaultProxy(t, nil)
 		c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: storetest.Prefix()})
 		t.Cleanup(c.Close)
 		return p, c
@@ -595,18 +605,9 @@ func TestRedisCountersUnavailable(t *testing.T) {
 // lease renewals, the replay store's) carries the same bound, and none may
 // hold a dial longer.
 func TestRedisHungAcrossReconnectHoldsNoCallPastItsBound(t *testing.T) {
-	opt, err := rueidis.ParseURL(storetest.RedisURL(t))
-	require.NoError(t, err)
-	p := startFaultProxy(t, opt.InitAddress[0])
-	o := opt
-	o.InitAddress = []string{p.ln.Addr().String()}
-	o.DisableCache = true
-	// The client drops a connection that answers nothing after this (10 s
-	// by default), and the next call dials again.
-	o.ConnWriteTimeout = 300 * time.Millisecond
-	client, err := rueidis.NewClient(o)
-	require.NoError(t, err)
-	t.Cleanup(client.Close)
+	// The client drops a connection that answers nothing after 300 ms
+	// (10 s by default), and the next call dials again.
+	p, client := throughFaultProxy(t, func(o *rueidis.ClientOption) { o.ConnWriteTimeout = 300 * time.Millisecond })
 	prefix := storetest.Prefix()
 	// Renewals every 2 s: at least one while the test runs.
 	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, LeaseTTL: 6 * time.Second})
@@ -614,7 +615,7 @@ func TestRedisHungAcrossReconnectHoldsNoCallPastItsBound(t *testing.T) {
 	idem := storage.NewRedisIdempotency(client, prefix, time.Minute, 0)
 	_, held := metertest.TakeSlot(t, c, time.Now(), "cc:held", 1) // the renewer has a lease to renew
 	require.True(t, held)
-	_, _, err = idem.Begin(t.Context(), "scope", "warm", [32]byte{}) // the replay store's script is loaded
+	_, _, err := idem.Begin(t.Context(), "scope", "warm", [32]byte{}) // the replay store's script is loaded
 	require.NoError(t, err)
 
 	p.silent.Store(true)
@@ -892,15 +893,7 @@ func BenchmarkRedisCounters(b *testing.B) {
 // time: the process releases it at its next renewal.
 func TestRedisCountersReleaseTheLeaseOfATimedOutAdmission(t *testing.T) {
 	const ttl = 6 * time.Second
-	opt, err := rueidis.ParseURL(storetest.RedisURL(t))
-	require.NoError(t, err)
-	p := startFaultProxy(t, opt.InitAddress[0])
-	o := opt
-	o.InitAddress = []string{p.ln.Addr().String()}
-	o.DisableCache = true
-	client, err := rueidis.NewClient(o)
-	require.NoError(t, err)
-	t.Cleanup(client.Close)
+	p, client := throughFaultProxy(t, nil)
 	prefix := storetest.Prefix()
 	c := storage.NewRedisCounters(storage.RedisCountersConfig{Client: client, Prefix: prefix, LeaseTTL: ttl,
 		CallTimeout: 100 * time.Millisecond})
