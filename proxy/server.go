@@ -279,9 +279,11 @@ func (e *Edge) guard(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 			return
 		}
 		next(ctx)
-		if drain == drainDraining {
+		if e.drain.Load() != drainServing {
 			// The client's next request goes through the load balancer
-			// again, to a process that is not leaving.
+			// again, to a process that is not leaving; and a request
+			// that ends after the grace leaves no connection for the
+			// shutdown to wait for.
 			ctx.SetConnectionClose()
 		}
 	}

@@ -58,6 +58,7 @@ tiers:
 
 	type answer struct {
 		status int
+		close  bool
 		body   string
 		err    error
 	}
@@ -79,7 +80,7 @@ tiers:
 				return
 			}
 			body, err := io.ReadAll(r.Body) // a body cut without its last chunk fails here
-			out <- answer{status: r.StatusCode, body: string(body), err: err}
+			out <- answer{status: r.StatusCode, close: r.Close, body: string(body), err: err}
 		}()
 		return out
 	}
@@ -107,6 +108,8 @@ tiers:
 	require.NoError(t, a.err)
 	require.Equal(t, 503, a.status)
 	require.Contains(t, a.body, `"code":"server_shutting_down"`)
+	require.True(t, a.close, "the answer closes its connection: shutdown does not wait for it")
+	require.NotContains(t, ta.logs.String(), "requests still running after the upstream calls were cut")
 
 	conn, err := pgx.Connect(context.Background(), ta.dbURL)
 	require.NoError(t, err)
