@@ -163,3 +163,32 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// A half-open breaker's probe that the upstream answers with a 429 or a
+// 4xx is not a failure of the tier: the tier answered. It closes the
+// breaker, as a reply would, and is answered as the upstream fault table
+// says, not refused as model_unavailable; and the requests after it are
+// served, not refused until the probe times out.
+func TestBreakerProbeAnsweredWithoutAReplyClosesIt(t *testing.T) {
+	for _, probe := range []struct{ content, code string }{
+		{"[[sim:fault=rate_limited_bare]]", "upstream_overloaded"},
+		{"[[sim:fault=context_length]]", "context_overflow"},
+	} {
+		t.Run(probe.code, func(t *testing.T) {
+			f := newChatFixture(t, func(o *fixtureOptions) {
+				o.breaker = hotpath.BreakerConfig{Cooldown: 200 * time.Millisecond, ProbeTimeout: 10 * time.Second}
+			})
+			br := f.chat.upstreamFor("mira").Breaker
+			for i := 0; br.State() == hotpath.BreakerClosed; i++ {
+				require.Less(t, i, 20, "the breaker opens")
+				f.post(t, "/api/v1/chat", `{"model":"mira","messages":[{"role":"user","content":"`+strconv.Itoa(i)+` [[sim:status=502]]"}]}`)
+			}
+			time.Sleep(300 * time.Millisecond) // the cooldown ends: the next request is the probe
+			r := f.post(t, "/api/v1/chat", `{"model":"mira","messages":[{"role":"user","content":"probe `+probe.content+`"}]}`)
+			require.Contains(t, string(r.body), `"`+probe.code+`"`, "%d %s", r.status, r.body)
+			require.Equal(t, hotpath.BreakerClosed, br.State())
+			r = f.post(t, "/api/v1/chat", `{"model":"mira","messages":[{"role":"user","content":"after [[sim:tokens=2]]"}]}`)
+			require.Equal(t, 200, r.status, "%s", r.body)
+		})
+	}
+}

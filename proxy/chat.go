@@ -1115,6 +1115,12 @@ func (t *turn) exchange(client *fasthttp.HostClient, req *fasthttp.Request, resp
 		}
 		if v.failed {
 			br.FailureOf(requestKey(req))
+		} else if err == nil && !closed {
+			// The tier answered, if not with a reply (a 429, a 4xx):
+			// not its failure, and as a probe's answer it shows the
+			// tier is back, as a reply would.
+			br.Success()
+			closed = true
 		}
 		if v.outcome == attemptRetry && !closed {
 			// It would have been tried again, but the tier is now
