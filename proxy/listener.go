@@ -80,7 +80,8 @@ func (l *AcceptRetrier) Accept() (net.Conn, error) {
 // then on each one accepted at once: call it when shutdown begins, after
 // the grace, so that a client that connected and never wrote does not hold
 // the shutdown until the read timeout. A connection idle between requests
-// is the server's to close; one that sent part of a request is served.
+// is the server's to close; one that sent part of a request is left to the
+// server, which refuses that request once it has arrived.
 func (l *AcceptRetrier) CloseUnused() {
 	l.mu.Lock()
 	l.stopping = true
