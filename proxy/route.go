@@ -261,24 +261,33 @@ func contentText(raw []byte) string {
 	if len(raw) == 0 || raw[0] == 'n' {
 		return ""
 	}
-	if raw[0] == '"' {
-		// Counting only reads the text, within the handler that holds the
-		// body: an unescaped string is read where it lies.
-		if s, ok := codec.StringLiteralView(raw); ok {
-			return s
-		}
-		var s string
-		if sonic.Unmarshal(raw, &s) == nil {
-			return s
-		}
-		return ""
+	if raw[0] != '"' {
+		return strings.Join(contentParts(raw), "\n")
+	}
+	// Counting only reads the text, within the handler that holds the
+	// body: an unescaped string is read where it lies.
+	if s, ok := codec.StringLiteralView(raw); ok {
+		return s
+	}
+	var s string
+	if sonic.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return ""
+}
+
+// contentParts is the text of a message's content parts, part by part (a
+// string content is not parts: nil).
+func contentParts(raw []byte) []string {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil
 	}
 	var parts []struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	}
 	if sonic.Unmarshal(raw, &parts) != nil {
-		return ""
+		return nil
 	}
 	texts := make([]string, 0, len(parts))
 	for _, p := range parts {
@@ -286,7 +295,7 @@ func contentText(raw []byte) string {
 			texts = append(texts, p.Text)
 		}
 	}
-	return strings.Join(texts, "\n")
+	return texts
 }
 
 // settleBill fills the bill from the upstream's usage or, when it sent

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/json"
 	"math"
 	"strconv"
 	"sync"
@@ -109,7 +111,15 @@ func checkCountable(r *codec.ChatRequest) *codec.Error {
 	}
 	for i := range r.Messages {
 		m := &r.Messages[i]
-		if e := check(contentText(m.Content)); e != nil {
+		if parts := contentParts(m.Content); parts != nil {
+			// Each part's own bytes: the line the template joins them
+			// with is not the client's text.
+			for _, p := range parts {
+				if e := check(p); e != nil {
+					return e
+				}
+			}
+		} else if e := check(contentText(m.Content)); e != nil {
 			return e
 		}
 		if e := check(m.Name); e != nil {
@@ -132,7 +142,14 @@ func checkCountable(r *codec.ChatRequest) *codec.Error {
 		if e := check(f.Description); e != nil {
 			return e
 		}
-		if e := check(string(f.Parameters)); e != nil {
+		// The schema as the template renders it, compact: whitespace
+		// between its tokens is not text.
+		schema := f.Parameters
+		var compact bytes.Buffer
+		if json.Compact(&compact, schema) == nil {
+			schema = compact.Bytes()
+		}
+		if e := check(string(schema)); e != nil {
 			return e
 		}
 	}

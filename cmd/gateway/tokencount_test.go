@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +158,28 @@ func TestTokenCountRules(t *testing.T) {
 	r = ta.call(t, "POST", "/api/v1/tokens/count", ten.key, map[string]any{"model": "mira",
 		"messages": []any{map[string]any{"role": "user", "content": strings.Repeat("ab1", 1000)}}})
 	require.Equal(t, 200, r.status, "digits break a run")
+	// The bound is the client's text: content parts are measured each on
+	// its own (not with the line that joins them), a tool's schema as the
+	// template renders it (compact).
+	first, second := strings.Repeat("word ", 26214)+"abcd", strings.Repeat("word ", 26214) // 262144 bytes in all
+	for _, extra := range []string{"", "x"} {
+		r = ta.call(t, "POST", "/api/v1/tokens/count", ten.key, map[string]any{"model": "mira",
+			"messages": []any{map[string]any{"role": "user", "content": []any{
+				map[string]any{"type": "text", "text": first}, map[string]any{"type": "text", "text": second + extra}}}}})
+		if extra == "" {
+			require.Equal(t, 200, r.status, "262144 bytes in two parts: %s", r.raw)
+		} else {
+			require.Equal(t, 400, r.status, "262145 bytes in two parts")
+		}
+	}
+	// Sent as written: json.Marshal would compact the schema.
+	spaced := `{"model":"mira","messages":[{"role":"user","content":"` + strings.Repeat("word ", 250000/5) +
+		`"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":` + strings.Repeat(" ", 16000) + `"object"}}}]}`
+	req, err := http.NewRequest("POST", "http://"+ta.Addr()+"/api/v1/tokens/count", strings.NewReader(spaced))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+ten.key)
+	r = do(t, req)
+	require.Equal(t, 200, r.status, "whitespace in a schema is not text: %s", r.raw)
 
 	// Scope tokens.
 	noScope := newTenant(t, ta.dbURL, "noscope@example.com", "--scopes", "chat")
