@@ -82,9 +82,18 @@ const fileColumns = `id, org_id, user_id, filename, bytes, content_type, purpose
 	text_tokens, pages, store_key, created_at, expires_at`
 
 // fileVisible is the condition of a file its owner can read at $now: ready,
-// not deleted, not expired. $1 is the user, $2 the organization, $3 now.
+// not deleted, not expired, and not a chat attachment whose conversations
+// have all passed their retention deadline: those go with them (the
+// release trigger deletes it when the retention job deletes the last), and
+// a conversation past its deadline is gone for the API at once. $1 is the
+// user, $2 the organization, $3 now.
 const fileVisible = ` from files where user_id = $1 and org_id = $2 and state = 'ready'
-	and (expires_at is null or expires_at > $3)`
+	and (expires_at is null or expires_at > $3)
+	and (purpose <> 'chat_attachment'
+		or not exists (select 1 from conversation_messages m join conversations c on c.id = m.conversation_id
+			where cardinality(m.file_ids) > 0 and m.file_ids @> array[files.id::text] and c.retention_until <= $3)
+		or exists (select 1 from conversation_messages m join conversations c on c.id = m.conversation_id
+			where cardinality(m.file_ids) > 0 and m.file_ids @> array[files.id::text] and c.retention_until > $3))`
 
 func scanFile(row pgx.Row) (File, error) {
 	var f File

@@ -256,3 +256,35 @@ func TestRotationsSentWithOneSecretHaveOneWinner(t *testing.T) {
 	_, _, err = db.RotateOwnKey(ctx, issued.KeyID, u.ID, org.ID, nil)
 	require.NoError(t, err)
 }
+
+// A chat attachment goes with its conversations: once every conversation
+// attaching it has passed its retention deadline, it is gone for the API
+// (read, listed, attached again) as they are, before the retention job
+// deletes them and it; attached also to a live one, it stays.
+func TestAttachmentOfConversationsPastTheirDeadlineIsGone(t *testing.T) {
+	ctx := context.Background()
+	f := newFileFixture(t)
+	require.NoError(t, f.attach(f.conv, f.file.ID))
+	kept := storeFile(t, f.fs, f.org.ID, f.user.ID, time.Now(), nil, "chat_attachment")
+	require.NoError(t, f.attach(f.conv, kept.ID))
+	live := f.newConversation(t)
+	require.NoError(t, f.attach(live, kept.ID))
+	_, err := f.db.Pool.Exec(ctx, `update conversations set retention_until = now() - interval '1 second' where id = $1`, f.conv)
+	require.NoError(t, err)
+
+	_, err = f.db.GetFile(ctx, f.user.ID, f.org.ID, f.file.ID, time.Now())
+	require.ErrorIs(t, err, storage.ErrNotFound)
+	list, _, err := f.db.ListFiles(ctx, f.user.ID, f.org.ID, time.Now(), nil, 10)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, kept.ID, list[0].ID, "attached to a live conversation too, it stays")
+	other := f.newConversation(t)
+	require.Error(t, f.attach(other, f.file.ID), "it cannot be attached again")
+
+	deleted, _, err := f.db.DeleteExpiredConversations(ctx, time.Now(), 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, deleted)
+	var state string
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `select state from files where id = $1`, f.file.ID).Scan(&state))
+	require.NotEqual(t, "ready", state, "the job deleted it with its conversation")
+}
