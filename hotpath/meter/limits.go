@@ -202,7 +202,7 @@ func tighter(out []WindowState) RateState {
 			s = o
 		}
 	}
-	return RateState{Limit: s.Limit, Remaining: s.Remaining, ResetAt: s.ResetAt}
+	return RateState(s)
 }
 
 // Hit counts one request in the key's and the organization's windows. It
