@@ -441,20 +441,17 @@ func budgetLabel(k BudgetKind) string {
 	return "monthly mira request allowance"
 }
 
-// refuses says whether b would refuse amount more now, and when it next
-// goes down.
+// refuses says whether the trailing budget b would refuse amount more now,
+// and when it next goes down.
 func (l *Limits) refuses(ctx context.Context, now time.Time, b *Budget, amount int64) (resetAt int64, refuses bool) {
 	if b.Cap < 0 {
 		return 0, false
 	}
-	var st [1]BudgetState
-	if err := l.c.Usage(ctx, now, []Budget{*b}, st[:]); err != nil || st[0].Used <= b.Cap && amount <= b.Cap-st[0].Used {
+	used, reset, ok := l.trailing(ctx, now, b)
+	if !ok || used <= b.Cap && amount <= b.Cap-used {
 		return 0, false
 	}
-	if st[0].ResetAt == 0 {
-		return now.Add(BurstSlot).Unix(), true
-	}
-	return st[0].ResetAt, true
+	return reset, true
 }
 
 func (l *Limits) resetAt(ctx context.Context, now time.Time, b *Budget) int64 {
@@ -464,11 +461,21 @@ func (l *Limits) resetAt(ctx context.Context, now time.Time, b *Budget) int64 {
 	case PeriodLifetime:
 		return 0
 	}
+	_, reset, _ := l.trailing(ctx, now, b)
+	return reset
+}
+
+// trailing reads the trailing budget b: what it holds, and when it next
+// goes down (a slot from now when the store cannot say); ok false when the
+// store failed.
+func (l *Limits) trailing(ctx context.Context, now time.Time, b *Budget) (used, reset int64, ok bool) {
 	var st [1]BudgetState
-	if err := l.c.Usage(ctx, now, []Budget{*b}, st[:]); err != nil || st[0].ResetAt == 0 {
-		return now.Add(BurstSlot).Unix()
+	err := l.c.Usage(ctx, now, []Budget{*b}, st[:])
+	reset = now.Add(BurstSlot).Unix()
+	if err == nil && st[0].ResetAt != 0 {
+		reset = st[0].ResetAt
 	}
-	return st[0].ResetAt
+	return st[0].Used, reset, err == nil
 }
 
 // requestsLeft reports whether p may still use a request-capped tier: the
