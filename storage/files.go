@@ -90,10 +90,9 @@ const fileColumns = `id, org_id, user_id, filename, bytes, content_type, purpose
 const fileVisible = ` from files where user_id = $1 and org_id = $2 and state = 'ready'
 	and (expires_at is null or expires_at > $3)
 	and (purpose <> 'chat_attachment'
-		or not exists (select 1 from conversation_messages m join conversations c on c.id = m.conversation_id
-			where cardinality(m.file_ids) > 0 and m.file_ids @> array[files.id::text] and c.retention_until <= $3)
-		or exists (select 1 from conversation_messages m join conversations c on c.id = m.conversation_id
-			where cardinality(m.file_ids) > 0 and m.file_ids @> array[files.id::text] and c.retention_until > $3))`
+		or coalesce((select bool_or(c.retention_until > $3) from conversation_messages m
+			join conversations c on c.id = m.conversation_id
+			where cardinality(m.file_ids) > 0 and m.file_ids @> array[files.id::text]), true))`
 
 func scanFile(row pgx.Row) (File, error) {
 	var f File
