@@ -109,14 +109,21 @@ func do(t *testing.T, req *http.Request) resp {
 // returns the file's path.
 func simnetConfig(t *testing.T, rest string) string {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("providers:\n  simnet:\n    base_url: http://"+startSimnet(t)+"/v1\n"+rest), 0o600))
+	return path
+}
+
+// startSimnet runs a simulator of the test's own on a loopback TCP port
+// until the test ends, and returns its address.
+func startSimnet(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	s := sim.New(sim.Config{})
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Shutdown)
-	path := filepath.Join(t.TempDir(), "gateway.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("providers:\n  simnet:\n    base_url: http://"+ln.Addr().String()+"/v1\n"+rest), 0o600))
-	return path
+	return ln.Addr().String()
 }
 
 // metricsPage reads the admin listener's /metrics; "" when it cannot.

@@ -19,7 +19,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgegw/gateway/bench/sim"
 )
 
 // recorder is a simulator behind a proxy that keeps every request body it
@@ -51,12 +50,7 @@ func isChat(m map[string]any) bool { return m["response_format"] == nil }
 // on a recorded simulator, and capture bounded by captureWait.
 func startMemoryApp(t *testing.T, captureWait string, embedDown ...bool) (*testApp, *recorder) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	s := sim.New(sim.Config{})
-	go func() { _ = s.Serve(ln) }()
-	t.Cleanup(s.Shutdown)
-	target, _ := url.Parse("http://" + ln.Addr().String())
+	target, _ := url.Parse("http://" + startSimnet(t))
 	rec := &recorder{bodies: map[string][][]byte{}}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1
