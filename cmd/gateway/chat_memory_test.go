@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 // recorder is a simulator behind a proxy that keeps every request body it
