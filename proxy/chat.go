@@ -876,8 +876,10 @@ var (
 // maxIdempotencyKey bounds the Idempotency-Key header.
 const maxIdempotencyKey = 255
 
-// idempotencyTimeout bounds one call to the replay store. Its contexts are
-// never derived from the fasthttp RequestCtx, which is recycled.
+// idempotencyTimeout bounds one call to the replay store, for a store that
+// brings no bound of its own (the Redis store bounds each call at
+// storage.RedisCallTimeout, well within it). Its contexts are never
+// derived from the fasthttp RequestCtx, which is recycled.
 const idempotencyTimeout = 2 * time.Second
 
 // abandon gives a claim back and stores nothing: the request failed, and a
